@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create or update .venv with mldist (editable), TensorFlow for CPUs and the dev tools.
+# Idempotent: a second run with unchanged inputs only checks and returns.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+py=${PYTHON:-python3}
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "bootstrap: $py is missing or older than Python 3.10; set PYTHON=/path/to/python3.10+" >&2
+  exit 2
+fi
+stamp=.venv/.mldist-installed
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+echo "bootstrap: installing mldist and its dependencies into .venv (about a minute)" >&2
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[cpu,dev]"
+echo "$want" > "$stamp"

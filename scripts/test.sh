@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The README's second command: lint, type-check and run the whole test suite.
+# Extra arguments go to pytest (e.g. scripts/test.sh -m "not slow").
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+bash scripts/bootstrap.sh
+export PATH="$root/.venv/bin:$PATH"
+echo "== ruff"; ruff check .; ruff format --check .
+echo "== mypy"; mypy
+echo "== pytest"; exec pytest "$@"

@@ -1,0 +1,43 @@
+"""mldist: data-parallel TensorFlow/Keras from one CPU to many GPUs on HPC clusters.
+
+Example::
+
+    import mldist
+    ctx = mldist.init()
+    print(ctx.rank, ctx.size)   # "0 1" for a plain process
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
+from .runtime import (
+    Context,
+    context,
+    init,
+    is_chief,
+    local_rank,
+    local_size,
+    rank,
+    size,
+    strategy,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "Context",
+    "DetectionError",
+    "LaunchError",
+    "MldistError",
+    "RuntimeStateError",
+    "__version__",
+    "context",
+    "init",
+    "is_chief",
+    "local_rank",
+    "local_size",
+    "rank",
+    "size",
+    "strategy",
+]

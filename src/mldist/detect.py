@@ -1,0 +1,308 @@
+"""Who am I? Environment detection as a pure function of an environment mapping.
+
+Each launcher is one row of ``LAUNCHERS``: the variable whose presence marks
+it and, per field, the variables to read (first one present wins). Rows are
+tried in order, so MPI launchers come before Slurm: under ``mpirun`` inside a
+Slurm job ``SLURM_PROCID`` is 0 on every rank and must not win.
+
+Example:
+    >>> p = detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+    ...             "SLURM_LOCALID": "0", "SLURM_NODEID": "1",
+    ...             "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)"})
+    >>> (p.launcher, p.rank, p.size, p.hosts)
+    ('slurm', 1, 2, ('n1', 'n2'))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from .errors import DetectionError
+from .hostlist import expand_hostlist, expand_tasks_per_node
+
+Env = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this process sits in the job, as the launcher describes it.
+
+    Args:
+        launcher: row name in ``LAUNCHERS`` ("none" for a plain process).
+        rank, size, local_rank, local_size: global and per-node positions.
+        node_index: index of this process's node in ``hosts``, if known.
+        hosts: one name per node, in node order, when the launcher gives them.
+        rank_nodes: node index of every rank, when it follows from the launcher.
+        workers: ``host:port`` of every rank, when the launcher gives them.
+        job_key: job/step identity used to keep ports of concurrent jobs apart.
+    """
+
+    launcher: str
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    node_index: int | None = None
+    hosts: tuple[str, ...] | None = None
+    rank_nodes: tuple[int, ...] | None = None
+    workers: tuple[str, ...] | None = None
+    job_key: str = ""
+
+
+@dataclass(frozen=True)
+class LauncherRule:
+    """One launcher: the marker variable and where each field is read from.
+
+    ``extra`` derives what plain variables cannot give (host lists,
+    per-rank nodes) and returns fields to override.
+    """
+
+    name: str
+    marker: str
+    fields: Mapping[str, tuple[str, ...]]
+    extra: Callable[[Env, dict[str, int]], dict[str, object]] | None = None
+    doc: str = ""
+    job_vars: tuple[str, ...] = field(default=())
+
+
+def _int(env: Env, names: tuple[str, ...], launcher: str, what: str) -> int | None:
+    for name in names:
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            return int(raw)
+        except ValueError:
+            raise DetectionError(
+                f"{name}={raw!r} is not an integer ({launcher} {what}); check the launcher's environment"
+            ) from None
+    return None
+
+
+def _read_nodefile(path: str) -> tuple[str, ...]:
+    """Unique host names of a PBS node file, in first-seen order."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            names = [line.strip() for line in fh if line.strip()]
+    except OSError as exc:
+        raise DetectionError(f"PBS_NODEFILE={path!r} cannot be read ({exc.strerror})") from None
+    return tuple(dict.fromkeys(names))
+
+
+def slurm_rank_nodes(tasks_per_node: list[int], distribution: str) -> tuple[int, ...]:
+    """Node index of every task for Slurm's block or cyclic distribution.
+
+    Args:
+        tasks_per_node: expanded ``SLURM_STEP_TASKS_PER_NODE``.
+        distribution: ``SLURM_DISTRIBUTION`` (``block``, ``cyclic``, ...).
+
+    Example:
+        >>> slurm_rank_nodes([2, 1], "cyclic")
+        (0, 1, 0)
+    """
+    if distribution.split(":")[0] != "cyclic":
+        return tuple(n for n, count in enumerate(tasks_per_node) for _ in range(count))
+    left, out = list(tasks_per_node), []
+    while any(left):
+        for n, count in enumerate(left):
+            if count:
+                out.append(n)
+                left[n] -= 1
+    return tuple(out)
+
+
+def _slurm_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    tpn_text = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    out: dict[str, object] = {}
+    if nodelist:
+        out["hosts"] = tuple(expand_hostlist(nodelist))
+    if tpn_text:
+        tpn = expand_tasks_per_node(tpn_text)
+        node = got.get("node_index")
+        if node is not None and node < len(tpn):
+            out["local_size"] = tpn[node]
+        nodes = slurm_rank_nodes(tpn, env.get("SLURM_DISTRIBUTION", "block"))
+        # Only trust the computed layout if it agrees with what Slurm told us.
+        if len(nodes) == got.get("size") and nodes[got.get("rank", 0)] == node:
+            out["rank_nodes"] = nodes
+    return out
+
+
+def _mldist_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
+    workers = tuple(w for w in env.get("MLDIST_WORKERS", "").split(",") if w)
+    return {"workers": workers} if workers else {}
+
+
+def _pbs_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
+    path = env.get("PBS_NODEFILE")
+    return {"hosts": _read_nodefile(path)} if path else {}
+
+
+_MPI_JOB = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "OMPI_MCA_ess_base_jobid", "PMI_ID")
+
+#: Launchers in priority order. Field names map to candidate variables.
+LAUNCHERS: tuple[LauncherRule, ...] = (
+    LauncherRule(
+        "mldist",
+        "MLDIST_RANK",
+        {
+            "rank": ("MLDIST_RANK",),
+            "size": ("MLDIST_SIZE",),
+            "local_rank": ("MLDIST_LOCAL_RANK",),
+            "local_size": ("MLDIST_LOCAL_SIZE",),
+            "node_index": ("MLDIST_NODE_RANK",),
+        },
+        _mldist_extra,
+        "mldist run",
+        ("MLDIST_RUN_ID",),
+    ),
+    LauncherRule(
+        "openmpi",
+        "OMPI_COMM_WORLD_RANK",
+        {
+            "rank": ("OMPI_COMM_WORLD_RANK",),
+            "size": ("OMPI_COMM_WORLD_SIZE",),
+            "local_rank": ("OMPI_COMM_WORLD_LOCAL_RANK",),
+            "local_size": ("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        },
+        None,
+        "Open MPI mpirun/mpiexec",
+        _MPI_JOB,
+    ),
+    LauncherRule(
+        "pals",
+        "PALS_RANKID",
+        {
+            "rank": ("PALS_RANKID",),
+            "size": ("PMI_SIZE", "PALS_NRANKS"),
+            "local_rank": ("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"),
+            "local_size": ("PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE"),
+            "node_index": ("PALS_NODEID",),
+        },
+        _pbs_extra,
+        "Cray PALS mpiexec",
+        ("PBS_JOBID", "PALS_APID"),
+    ),
+    LauncherRule(
+        "mpich",
+        "PMI_RANK",
+        {
+            "rank": ("PMI_RANK",),
+            "size": ("PMI_SIZE",),
+            "local_rank": ("MPI_LOCALRANKID", "PMI_LOCAL_RANK"),
+            "local_size": ("MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"),
+        },
+        None,
+        "MPICH/Hydra or Intel MPI mpiexec",
+        _MPI_JOB,
+    ),
+    LauncherRule(
+        "aprun",
+        "ALPS_APP_PE",
+        {
+            "rank": ("ALPS_APP_PE",),
+            "size": ("PMI_SIZE", "MLDIST_SIZE"),
+            "local_rank": ("PMI_LOCAL_RANK",),
+            "local_size": ("PMI_LOCAL_SIZE",),
+        },
+        None,
+        "Cray ALPS aprun",
+        ("COBALT_JOBID", "ALPS_APP_ID"),
+    ),
+    LauncherRule(
+        "slurm",
+        "SLURM_STEP_ID",
+        {
+            "rank": ("SLURM_PROCID",),
+            "size": ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"),
+            "local_rank": ("SLURM_LOCALID",),
+            "node_index": ("SLURM_NODEID",),
+        },
+        _slurm_extra,
+        "Slurm srun",
+        ("SLURM_JOB_ID", "SLURM_STEP_ID"),
+    ),
+    LauncherRule("pbs", "PBS_NODEFILE", {}, _pbs_extra, "PBS batch script", ("PBS_JOBID",)),
+)
+
+
+def _from_tf_config(raw: str) -> Placement:
+    try:
+        cfg = json.loads(raw)
+        workers = tuple(cfg["cluster"]["worker"])
+        task = cfg.get("task", {})
+        rank = int(task.get("index", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise DetectionError(
+            f"TF_CONFIG={raw[:80]!r} is not of the form "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": N}}'
+        ) from None
+    if task.get("type", "worker") != "worker" or not 0 <= rank < len(workers):
+        raise DetectionError(
+            f"TF_CONFIG task {task!r} is not one of the {len(workers)} workers; "
+            "mldist supports worker-only clusters"
+        )
+    hosts = tuple(dict.fromkeys(w.rsplit(":", 1)[0] for w in workers))
+    nodes = tuple(hosts.index(w.rsplit(":", 1)[0]) for w in workers)
+    me = nodes[rank]
+    return Placement(
+        "tf_config",
+        rank=rank,
+        size=len(workers),
+        local_rank=nodes[:rank].count(me),
+        local_size=nodes.count(me),
+        node_index=me,
+        hosts=hosts,
+        rank_nodes=nodes,
+        workers=workers,
+    )
+
+
+def _apply(rule: LauncherRule, env: Env) -> Placement:
+    got = {k: v for k, names in rule.fields.items() if (v := _int(env, names, rule.name, k)) is not None}
+    if rule.fields and "size" not in got:
+        names = " or ".join(rule.fields["size"])
+        raise DetectionError(
+            f"{rule.doc} detected ({rule.marker} is set) but the world size is unknown: "
+            f"set {names}, or MLDIST_SIZE"
+        )
+    extra = rule.extra(env, got) if rule.extra else {}
+    values: dict[str, object] = {**got, **extra}
+    job_key = ".".join(env[v] for v in rule.job_vars if env.get(v))
+    placement = Placement(rule.name, job_key=job_key, **values)  # type: ignore[arg-type]
+    _validate(placement)
+    return placement
+
+
+def _validate(p: Placement) -> None:
+    if p.size < 1 or not 0 <= p.rank < p.size:
+        raise DetectionError(f"{p.launcher}: rank {p.rank} is outside a world of size {p.size}")
+    if p.local_size < 1 or not 0 <= p.local_rank < p.local_size:
+        raise DetectionError(
+            f"{p.launcher}: local rank {p.local_rank} is outside a node of {p.local_size} processes"
+        )
+    if p.workers is not None and len(p.workers) != p.size:
+        raise DetectionError(
+            f"{p.launcher}: {len(p.workers)} worker addresses given for a world of size {p.size}"
+        )
+
+
+def detect(env: Env) -> Placement:
+    """Detect the launcher and this process's place in the job.
+
+    Args:
+        env: an environment mapping, usually ``os.environ``.
+
+    Example:
+        >>> detect({}).launcher
+        'none'
+    """
+    if env.get("MLDIST_RANK") is None and env.get("TF_CONFIG"):
+        return _from_tf_config(env["TF_CONFIG"])
+    for rule in LAUNCHERS:
+        if env.get(rule.marker) is not None:
+            return _apply(rule, env)
+    return Placement("none")

@@ -1,0 +1,31 @@
+"""The one exception family of mldist.
+
+Every error a user can cause names the offending value and the fix, so the
+CLI can print it as a single line (exit code 2) instead of a traceback.
+
+Example::
+
+    raise ConfigError("MLDIST_PORT_BASE='abc' is not a port; set it to 1024-53535")
+"""
+
+from __future__ import annotations
+
+
+class MldistError(Exception):
+    """Base class of every error raised on purpose by mldist."""
+
+
+class ConfigError(MldistError, ValueError):
+    """A setting, flag or environment variable has a value mldist cannot use."""
+
+
+class DetectionError(MldistError):
+    """The launcher's environment is incomplete or contradictory."""
+
+
+class LaunchError(MldistError):
+    """Workers could not be started or a port could not be bound."""
+
+
+class RuntimeStateError(MldistError, RuntimeError):
+    """An API was used in the wrong order (e.g. before mldist.init())."""

@@ -1,0 +1,282 @@
+"""The local launcher behind ``mldist run``: N workers on this host.
+
+All-or-nothing, like torchrun: if one worker fails, the others get SIGTERM
+and, after a short grace, SIGKILL; the group's exit code is the first
+failing worker's. Signals to the launcher are forwarded to every worker.
+Each worker runs in its own session, so its whole process tree is
+signalled and nothing is left behind.
+
+Example:
+    >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
+    >>> sorted(worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1"))[:3]
+    ['MLDIST_LOCAL_RANK', 'MLDIST_LOCAL_SIZE', 'MLDIST_NODE_RANK']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from .errors import ConfigError, LaunchError
+
+#: Signals forwarded to every worker. INT/TERM also start the grace period.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``mldist run`` was asked to do.
+
+    Args:
+        nprocs: number of workers.
+        command: argv of each worker.
+        log_dir: write ``rank-R.log`` files here instead of prefixed output.
+        grace: seconds workers get after a forwarded SIGINT/SIGTERM.
+        failure_grace: seconds the others get after one worker failed.
+        cpu_bind: "none", or "cores" to give each worker its own CPUs.
+    """
+
+    nprocs: int
+    command: tuple[str, ...]
+    log_dir: str | None = None
+    grace: float = 60.0
+    failure_grace: float = 5.0
+    cpu_bind: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.nprocs < 1:
+            raise ConfigError(f"-n {self.nprocs}: the number of workers must be at least 1")
+        if not self.command:
+            raise ConfigError("no command given: mldist run -n 2 -- python train.py")
+        if self.grace < 0 or self.failure_grace < 0:
+            raise ConfigError(f"--grace {self.grace}: grace periods cannot be negative")
+        if self.cpu_bind not in ("none", "cores"):
+            raise ConfigError(f"--cpu-bind {self.cpu_bind!r}: use 'none' or 'cores'")
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports that are free now (all held open while choosing)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
+    """Split this process's CPUs into ``n`` contiguous sets (shared if too few).
+
+    Example:
+        >>> cpu_sets([0, 1, 2, 3], 2)
+        [[0, 1], [2, 3]]
+        >>> cpu_sets([0, 1], 4)
+        [[0], [0], [1], [1]]
+    """
+    if len(cpus) >= n:
+        per = len(cpus) // n
+        return [list(cpus[i * per : (i + 1) * per]) for i in range(n)]
+    return [[cpus[i * len(cpus) // n]] for i in range(n)]
+
+
+def worker_env(
+    base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str
+) -> dict[str, str]:
+    """The environment of worker ``rank``: what ``mldist.detect`` reads.
+
+    Args:
+        base: the launcher's environment.
+        cfg: the run configuration.
+        rank: the worker's rank.
+        workers: ``host:port`` of every worker.
+        run_id: identifies this run (also in ``MLDIST_RUN_ID``).
+    """
+    env = dict(base)
+    for stale in ("TF_CONFIG",):
+        env.pop(stale, None)
+    env.update(
+        MLDIST_RANK=str(rank),
+        MLDIST_SIZE=str(cfg.nprocs),
+        MLDIST_LOCAL_RANK=str(rank),
+        MLDIST_LOCAL_SIZE=str(cfg.nprocs),
+        MLDIST_NODE_RANK="0",
+        MLDIST_WORKERS=",".join(workers),
+        MLDIST_RUN_ID=run_id,
+    )
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(rank: int, returncode: int) -> str:
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        return f"rank {rank} was killed by {name} (exit code {128 - returncode})"
+    return f"rank {rank} exited with code {returncode}"
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _pump(stream: IO[bytes], prefix: bytes, out: IO[bytes], lock: threading.Lock) -> None:
+    for line in iter(stream.readline, b""):
+        with lock:
+            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+            out.flush()
+    stream.close()
+
+
+class _Group:
+    """The running workers and their output pumps."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.pumps: list[threading.Thread] = []
+        self.logs: list[IO[bytes]] = []
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        cfg, run_id = self.cfg, uuid.uuid4().hex[:12]
+        workers = [f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)]
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        sets = cpu_sets(cpus, cfg.nprocs) if cfg.cpu_bind == "cores" and cpus else None
+        if cfg.log_dir:
+            os.makedirs(cfg.log_dir, exist_ok=True)
+        for rank in range(cfg.nprocs):
+            env = worker_env(os.environ, cfg, rank, workers, run_id)
+            if sets:
+                env.setdefault("OMP_NUM_THREADS", str(len(sets[rank])))
+            out: int | IO[bytes] = subprocess.PIPE
+            if cfg.log_dir:
+                log = open(os.path.join(cfg.log_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
+                self.logs.append(log)
+                out = log
+            try:
+                proc = subprocess.Popen(
+                    list(cfg.command),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT if cfg.log_dir else subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            except OSError as exc:
+                self.signal_all(signal.SIGKILL)
+                raise LaunchError(f"cannot start {cfg.command[0]!r}: {exc.strerror}") from None
+            if sets:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(proc.pid, sets[rank])
+            self.procs.append(proc)
+            if not cfg.log_dir:
+                prefix = f"[{rank}] ".encode()
+                for src, dst in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+                    assert src is not None
+                    t = threading.Thread(target=_pump, args=(src, prefix, dst, self.lock), daemon=True)
+                    t.start()
+                    self.pumps.append(t)
+
+    def signal_all(self, sig: int, only_running: bool = True) -> None:
+        for proc in self.procs:
+            if only_running and proc.returncode is not None:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+
+    def finish(self) -> None:
+        # Kill leftovers of every worker's session (e.g. grandchildren).
+        self.signal_all(signal.SIGKILL, only_running=False)
+        for t in self.pumps:
+            t.join(timeout=2)
+        for log in self.logs:
+            log.close()
+
+
+def _say(message: str) -> None:
+    print(f"mldist run: {message}", file=sys.stderr, flush=True)
+
+
+def run(cfg: RunConfig) -> int:
+    """Start the workers, supervise them, and return the group's exit code.
+
+    Args:
+        cfg: what to run.
+
+    Example::
+
+        code = run(RunConfig(nprocs=2, command=("python", "train.py")))
+    """
+    group = _Group(cfg)
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        group.signal_all(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in FORWARDED}
+    try:
+        group.start()
+        return _supervise(cfg, group, received)
+    finally:
+        group.finish()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> int:
+    first_failure: tuple[int, int] | None = None
+    first_nonzero: int | None = None
+    deadline: float | None = None
+    pending = set(range(cfg.nprocs))
+    while pending:
+        if deadline is None and any(s in _STOPPING for s in received):
+            sig = next(s for s in received if s in _STOPPING)
+            _say(f"got {signal.Signals(sig).name}; workers have {cfg.grace:g} s to exit")
+            deadline = time.monotonic() + cfg.grace
+        for rank in sorted(pending):
+            code = group.procs[rank].poll()
+            if code is None:
+                continue
+            pending.discard(rank)
+            if code == 0:
+                continue
+            if first_nonzero is None:
+                first_nonzero = _exit_code(code)
+            if first_failure is None and deadline is None:
+                first_failure = (rank, _exit_code(code))
+                _say(f"{_describe(rank, code)}; stopping the other workers")
+                group.signal_all(signal.SIGTERM)
+                deadline = time.monotonic() + cfg.failure_grace
+            elif first_failure is None:
+                _say(_describe(rank, code))
+        if deadline is not None and time.monotonic() > deadline and pending:
+            _say(f"killing ranks {sorted(pending)} after the grace period")
+            group.signal_all(signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.05)
+    if first_failure is not None:
+        return first_failure[1]
+    return first_nonzero or 0

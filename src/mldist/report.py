@@ -1,0 +1,132 @@
+"""The ``mldist env`` report: what detection sees and what ``init`` would set.
+
+It is the text users paste into a bug report, so it never fails: a
+problem becomes an ``error`` entry in the report instead of a traceback.
+
+Example:
+    >>> r = build_report({}, with_tensorflow=False)
+    >>> r["placement"]["launcher"], r["placement"]["size"]
+    ('none', 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+import platform
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from .cluster import build_cluster_spec
+from .detect import detect
+from .errors import MldistError
+from .resources import openmp_defaults, physical_gpu_id, plan_threads, proxy_settings
+
+#: Variables worth showing when present (prefix match).
+_SHOWN = (
+    "MLDIST_",
+    "SLURM_",
+    "OMPI_COMM_WORLD_",
+    "PMI_",
+    "PALS_",
+    "ALPS_",
+    "PBS_",
+    "COBALT_",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_",
+    "KMP_",
+    "TF_",
+    "NCCL_",
+    "no_proxy",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+)
+_PACKAGES = ("mldist", "tensorflow", "tensorflow-cpu", "keras", "tf-keras", "tensorboard", "mpi4py", "numpy")
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _gpus(env: Mapping[str, str]) -> list[dict[str, str]]:
+    import tensorflow as tf
+
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    return [
+        {"index": str(i), "name": d.name, "device_id": physical_gpu_id(i, cvd)}
+        for i, d in enumerate(tf.config.list_physical_devices("GPU"))
+    ]
+
+
+def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[str, Any]:
+    """Everything ``mldist env`` shows, as a JSON-ready dict.
+
+    Args:
+        env: the environment to analyse.
+        with_tensorflow: also ask TensorFlow for GPUs (imports it: ~4 s).
+    """
+    report: dict[str, Any] = {"host": socket.gethostname(), "versions": _versions()}
+    report["variables"] = {k: v for k, v in sorted(env.items()) if k.startswith(_SHOWN)}
+    errors: list[str] = []
+    try:
+        placement = detect(env)
+        report["placement"] = dataclasses.asdict(placement)
+        spec = build_cluster_spec(placement, env)
+        report["workers"] = list(spec.workers) if spec.size > 1 else []
+        total = os.cpu_count() or 1
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
+        cpt = env.get("MLDIST_CPUS_PER_TASK") or env.get("SLURM_CPUS_PER_TASK") or env.get("OMP_NUM_THREADS")
+        plan = plan_threads(affinity, total, int(cpt) if cpt and cpt.isdigit() else None, spec.local_size)
+        report["threads"] = dataclasses.asdict(plan) | {"node_cpus": total, "affinity_cpus": affinity}
+        would = openmp_defaults(plan, affinity < total)
+        would |= proxy_settings(env, sorted({w.rpartition(":")[0] for w in spec.workers}))
+        report["init_would_set"] = {k: v for k, v in would.items() if not env.get(k)}
+    except MldistError as exc:
+        errors.append(str(exc))
+    if with_tensorflow:
+        try:
+            report["gpus"] = _gpus(env)
+        except ImportError:
+            errors.append("TensorFlow is not installed: pip install 'mldist[cpu]' (or [gpu])")
+    report["errors"] = errors
+    return report
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The report as aligned plain text."""
+    lines = [f"host      {report['host']}"]
+    lines += [f"version   {k} {v}" for k, v in report["versions"].items()]
+    p = report.get("placement")
+    if p:
+        lines.append(
+            f"launcher  {p['launcher']}: rank {p['rank']} of {p['size']}, "
+            f"local {p['local_rank']} of {p['local_size']}, node {p['node_index']}"
+        )
+        if p.get("hosts"):
+            lines.append(f"hosts     {','.join(p['hosts'])}")
+    for rank, addr in enumerate(report.get("workers", [])):
+        lines.append(f"worker    {rank:>4} {addr}")
+    t = report.get("threads")
+    if t:
+        lines.append(
+            f"threads   {t['cpus']} cpus ({t['source']}): intra-op {t['intra_op']}, inter-op {t['inter_op']}"
+        )
+    for g in report.get("gpus", []):
+        lines.append(f"gpu       {g['index']} {g['name']} (device {g['device_id']})")
+    if "gpus" in report and not report["gpus"]:
+        lines.append("gpu       none visible")
+    lines += [f"init sets {k}={v}" for k, v in report.get("init_would_set", {}).items()]
+    lines += [f"env       {k}={v}" for k, v in report["variables"].items()]
+    lines += [f"error     {e}" for e in report["errors"]]
+    return "\n".join(lines)

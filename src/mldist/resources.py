@@ -1,0 +1,152 @@
+"""Pure decisions about CPUs, GPUs and proxies for one worker.
+
+``init`` applies them; ``mldist env`` prints them. Nothing here touches the
+process: inputs are numbers and environment mappings, outputs are plans.
+
+Example:
+    >>> plan_threads(affinity=4, total=8, cpus_per_task=None, local_size=2)
+    ThreadPlan(cpus=4, intra_op=4, inter_op=2, source='affinity mask')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """CPU threads for one worker.
+
+    Args:
+        cpus: CPUs this rank owns.
+        intra_op, inter_op: TensorFlow thread pool sizes.
+        source: where ``cpus`` came from (for ``mldist env``).
+    """
+
+    cpus: int
+    intra_op: int
+    inter_op: int
+    source: str
+
+
+def plan_threads(affinity: int, total: int, cpus_per_task: int | None, local_size: int) -> ThreadPlan:
+    """Threads from the CPUs this rank owns.
+
+    The affinity mask wins when a launcher narrowed it (srun, aprun -cc,
+    mpiexec --cpu-bind); then ``--cpus-per-task``; else the node's cores
+    shared evenly among the ranks on it. Site guides use intra-op = cores
+    and inter-op = 1 or 2.
+
+    Args:
+        affinity: CPUs in this process's affinity mask.
+        total: CPUs of the node.
+        cpus_per_task: ``SLURM_CPUS_PER_TASK`` or similar, if set.
+        local_size: ranks on this node.
+
+    Example:
+        >>> plan_threads(8, 8, None, 4).cpus
+        2
+    """
+    if affinity < total:
+        cpus, source = affinity, "affinity mask"
+    elif cpus_per_task:
+        cpus, source = cpus_per_task, "cpus per task"
+    else:
+        cpus, source = max(1, total // max(1, local_size)), f"{total} cores / {local_size} ranks"
+    return ThreadPlan(cpus, cpus, 2 if cpus >= 4 else 1, source)
+
+
+def openmp_defaults(plan: ThreadPlan, pinned: bool) -> dict[str, str]:
+    """OpenMP variables for Intel's runtime, as the site guides set them.
+
+    ``KMP_AFFINITY`` pins threads compactly; that is only right when this
+    process has its own CPU set, otherwise every rank on a node would pin
+    to the same cores.
+
+    Args:
+        plan: this rank's thread plan.
+        pinned: whether the affinity mask is narrower than the node.
+
+    Example:
+        >>> openmp_defaults(ThreadPlan(2, 2, 1, "x"), pinned=False)
+        {'OMP_NUM_THREADS': '2', 'KMP_BLOCKTIME': '0'}
+    """
+    out = {"OMP_NUM_THREADS": str(plan.cpus), "KMP_BLOCKTIME": "0"}
+    if pinned:
+        out["KMP_AFFINITY"] = "granularity=fine,compact,1,0"
+    return out
+
+
+def choose_gpu(visible: int, local_rank: int, local_size: int) -> int | None:
+    """Index, among the GPUs this process sees, of the one this rank uses.
+
+    A launcher that already narrowed ``CUDA_VISIBLE_DEVICES`` to one GPU per
+    task leaves one visible GPU: use it. Otherwise rank ``i`` on the node
+    takes visible GPU ``i``, so a site's reversed order (``3,2,1,0``) is kept.
+
+    Args:
+        visible: GPUs this process can see.
+        local_rank, local_size: position on the node.
+
+    Example:
+        >>> choose_gpu(4, 2, 4), choose_gpu(1, 3, 4), choose_gpu(0, 0, 1)
+        (2, 0, None)
+    """
+    if visible == 0:
+        return None
+    if visible == 1:
+        return 0
+    if local_rank >= visible:
+        raise ConfigError(
+            f"local rank {local_rank} has no GPU: {visible} are visible for {local_size} ranks "
+            f"on this node; start at most {visible} ranks per node (e.g. --tasks-per-node={visible})"
+        )
+    return local_rank
+
+
+def physical_gpu_id(index: int, cuda_visible_devices: str | None) -> str:
+    """The device id behind visible GPU ``index`` (for reports).
+
+    Example:
+        >>> physical_gpu_id(1, "3,2,1,0")
+        '2'
+    """
+    if cuda_visible_devices:
+        ids = [x.strip() for x in cuda_visible_devices.split(",") if x.strip()]
+        if index < len(ids):
+            return ids[index]
+    return str(index)
+
+
+_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy")
+
+
+def proxy_settings(env: Mapping[str, str], hosts: Sequence[str]) -> dict[str, str]:
+    """``no_proxy`` additions that keep gRPC between workers off the proxy.
+
+    Compute nodes at several centres export an HTTP proxy; gRPC honours it
+    and then cannot reach the other workers. Adding the worker hosts to
+    ``no_proxy`` keeps the proxy for everything else (e.g. downloads).
+
+    Args:
+        env: current environment.
+        hosts: host names of all workers.
+
+    Example:
+        >>> proxy_settings({"https_proxy": "http://p:3128"}, ["n1"])["no_proxy"]
+        'localhost,127.0.0.1,n1'
+        >>> proxy_settings({}, ["n1"])
+        {}
+    """
+    if not any(env.get(v) for v in _PROXY_VARS):
+        return {}
+    current = env.get("no_proxy") or env.get("NO_PROXY") or ""
+    items = [x for x in current.split(",") if x]
+    for h in ("localhost", "127.0.0.1", *hosts):
+        if h not in items:
+            items.append(h)
+    value = ",".join(items)
+    return {"no_proxy": value, "NO_PROXY": value}

@@ -1,0 +1,155 @@
+"""Environment detection: captured launcher environments and edge cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mldist.detect import detect, slurm_rank_nodes
+from mldist.errors import DetectionError
+from mldist.hostlist import expand_hostlist, expand_tasks_per_node
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures" / "envs").glob("*.json"))
+
+
+def _cases() -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
+    cases = []
+    for path in FIXTURES:
+        data = json.loads(path.read_text())
+        for i, task in enumerate(data["tasks"]):
+            cases.append((path.stem, i, data, task))
+    return cases
+
+
+def test_fixtures_cover_every_launcher() -> None:
+    launchers = {json.loads(p.read_text())["launcher"] for p in FIXTURES}
+    assert {"slurm", "openmpi", "mpich", "pals", "aprun", "pbs"} <= launchers
+
+
+@pytest.mark.parametrize(
+    "name, index, data, task", _cases(), ids=lambda v: v if isinstance(v, str | int) else ""
+)
+def test_captured_environment(
+    name: str, index: int, data: dict[str, Any], task: dict[str, Any], tmp_path: Path
+) -> None:
+    env = dict(task["env"])
+    for fname, content in data.get("files", {}).items():
+        local = tmp_path / Path(fname).name
+        local.write_text(content)
+        env = {k: (str(local) if v == fname else v) for k, v in env.items()}
+    p = detect(env)
+    want = task["expect"]
+    got = {"rank": p.rank, "size": p.size, "local_rank": p.local_rank, "local_size": p.local_size}
+    assert got == {k: want[k] for k in got}, data["source"]
+    if want.get("node_index") is not None and p.node_index is not None:
+        assert p.node_index == want["node_index"]
+    if want.get("hosts") and p.hosts is not None:
+        assert list(p.hosts) == want["hosts"]
+
+
+@pytest.mark.parametrize(
+    "text, hosts",
+    [
+        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
+        ("n[9-11],login1", ["n9", "n10", "n11", "login1"]),
+        ("node1,node2", ["node1", "node2"]),
+        ("r[1-2]n[0-1]", ["r1n0", "r1n1", "r2n0", "r2n1"]),
+        ("x3005c0s13b0n0", ["x3005c0s13b0n0"]),
+        ("a[008-010]", ["a008", "a009", "a010"]),
+    ],
+)
+def test_expand_hostlist(text: str, hosts: list[str]) -> None:
+    assert expand_hostlist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["gpu[01-04", "gpu]1[", "n[a-b]", "n[5-3]"])
+def test_bad_hostlists_are_named(text: str) -> None:
+    with pytest.raises(DetectionError, match="host list"):
+        expand_hostlist(text)
+
+
+def test_tasks_per_node() -> None:
+    assert expand_tasks_per_node("3(x2),2") == [3, 3, 2]
+    assert expand_tasks_per_node("1") == [1]
+    with pytest.raises(DetectionError, match="tasks-per-node"):
+        expand_tasks_per_node("3(2)")
+
+
+def _slurm(
+    rank: int, node: int, local: int, ntasks: int, nodes: str, tpn: str, **extra: str
+) -> dict[str, str]:
+    return {
+        "SLURM_JOB_ID": "77",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": str(rank),
+        "SLURM_NTASKS": str(ntasks),
+        "SLURM_NODEID": str(node),
+        "SLURM_LOCALID": str(local),
+        "SLURM_STEP_NODELIST": nodes,
+        "SLURM_STEP_TASKS_PER_NODE": tpn,
+        **extra,
+    }
+
+
+def test_slurm_uneven_tasks_per_node_block() -> None:
+    # 8 tasks over gpu[01-03]: 3,3,2 -> rank 7 is the 2nd task on gpu03.
+    p = detect(_slurm(7, 2, 1, 8, "gpu[01-03]", "3(x2),2"))
+    assert (p.rank, p.size, p.local_rank, p.local_size, p.node_index) == (7, 8, 1, 2, 2)
+    assert p.hosts == ("gpu01", "gpu02", "gpu03")
+    assert p.rank_nodes == (0, 0, 0, 1, 1, 1, 2, 2)
+    assert p.job_key == "77.0"
+
+
+def test_slurm_cyclic_distribution() -> None:
+    p = detect(_slurm(1, 1, 0, 3, "n[1-2]", "2,1", SLURM_DISTRIBUTION="cyclic"))
+    assert p.rank_nodes == (0, 1, 0)
+    assert slurm_rank_nodes([2, 2], "cyclic:block") == (0, 1, 0, 1)
+
+
+def test_slurm_layout_that_contradicts_nodeid_is_not_trusted() -> None:
+    # An arbitrary distribution: rank 0 on node 1 cannot come from block layout.
+    p = detect(_slurm(0, 1, 0, 2, "n[1-2]", "1(x2)", SLURM_DISTRIBUTION="arbitrary"))
+    assert p.rank_nodes is None
+
+
+def test_mpirun_inside_slurm_uses_the_mpi_ranks() -> None:
+    env = _slurm(0, 0, 0, 2, "n[1-2]", "1(x2)")
+    env.update(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_RANK="0")
+    env.update(OMPI_COMM_WORLD_LOCAL_SIZE="1")
+    p = detect(env)
+    assert (p.launcher, p.rank, p.size) == ("openmpi", 1, 2)
+
+
+def test_sbatch_script_without_srun_is_one_process() -> None:
+    env = {"SLURM_JOB_ID": "5", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]"}
+    assert detect(env).size == 1
+
+
+def test_tf_config_given_by_the_user() -> None:
+    cfg = {"cluster": {"worker": ["a:1", "b:1", "a:2"]}, "task": {"type": "worker", "index": 2}}
+    p = detect({"TF_CONFIG": json.dumps(cfg)})
+    assert (p.launcher, p.rank, p.size, p.local_rank, p.local_size) == ("tf_config", 2, 3, 1, 2)
+    assert p.workers == ("a:1", "b:1", "a:2")
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"TF_CONFIG": "{not json"}, "TF_CONFIG="),
+        ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"index": 3}})}, "not one of"),
+        ({"PMI_RANK": "0"}, "world size is unknown: set PMI_SIZE"),
+        ({"OMPI_COMM_WORLD_RANK": "4", "OMPI_COMM_WORLD_SIZE": "2"}, "rank 4 is outside a world of size 2"),
+        ({"MLDIST_RANK": "0", "MLDIST_SIZE": "2", "MLDIST_WORKERS": "a:1"}, "1 worker addresses"),
+    ],
+)
+def test_inconsistent_environments_are_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(DetectionError, match=message):
+        detect(env)
+
+
+def test_no_launcher() -> None:
+    p = detect({"HOME": "/root"})
+    assert (p.launcher, p.rank, p.size, p.local_rank, p.local_size) == ("none", 0, 1, 0, 1)

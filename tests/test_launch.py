@@ -1,0 +1,124 @@
+"""mldist run on real worker processes (plain Python/bash workers: no TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PY, clean_env, mldist, processes_with
+
+
+def _sleeper(tag: str) -> str:
+    # A grandchild that would outlive its worker if the launcher leaked it.
+    return f"sleep 300 & exec -a {tag} sleep 300"
+
+
+def test_every_worker_gets_its_rank_and_the_same_worker_list() -> None:
+    code = (
+        "import json, os; print(json.dumps({k: os.environ[k] for k in "
+        "('MLDIST_RANK','MLDIST_SIZE','MLDIST_LOCAL_RANK','MLDIST_LOCAL_SIZE','MLDIST_WORKERS')}))"
+    )
+    res = mldist(["run", "-n", "3", "--", PY, "-c", code])
+    assert res.returncode == 0, res.stderr
+    rows = {}
+    for line in res.stdout.splitlines():
+        prefix, _, payload = line.partition(" ")
+        rows[prefix] = json.loads(payload)
+    assert sorted(rows) == ["[0]", "[1]", "[2]"]
+    for r in range(3):
+        assert rows[f"[{r}]"]["MLDIST_RANK"] == str(r)
+        assert rows[f"[{r}]"]["MLDIST_SIZE"] == "3"
+    lists = {row["MLDIST_WORKERS"] for row in rows.values()}
+    assert len(lists) == 1
+    ports = [w.rsplit(":", 1)[1] for w in lists.pop().split(",")]
+    assert len(set(ports)) == 3
+
+
+def test_failing_worker_stops_the_group_with_its_code(tag: str) -> None:
+    script = f"if [ $MLDIST_RANK = 1 ]; then sleep 1; exit 3; fi; {_sleeper(tag)}"
+    t0 = time.monotonic()
+    res = mldist(["run", "-n", "2", "--", "bash", "-c", script])
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 3
+    assert "rank 1 exited with code 3" in res.stderr
+    assert elapsed < 15
+    assert processes_with(tag) == []
+
+
+def test_sigkilled_worker_gives_137_and_leaves_nothing(tag: str) -> None:
+    script = f"if [ $MLDIST_RANK = 0 ]; then sleep 1; kill -9 $$; fi; {_sleeper(tag)}"
+    res = mldist(["run", "-n", "2", "--", "bash", "-c", script])
+    assert res.returncode == 137
+    assert "rank 0 was killed by SIGKILL" in res.stderr
+    assert processes_with(tag) == []
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PY, "-m", "mldist", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+
+
+def _wait_for_line(path: Path, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"workers did not start: {path}")
+
+
+def test_sigterm_is_forwarded_and_the_workers_code_passes_through(tmp_path: Path, tag: str) -> None:
+    ready = tmp_path / "ready"
+    script = f'trap "echo saved; exit 75" TERM; echo up >> {ready}; {_sleeper(tag)} & wait'
+    proc = _start(["run", "-n", "2", "--grace", "10", "--", "bash", "-c", script])
+    _wait_for_line(ready, 2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 75
+    assert sorted(line for line in out.splitlines() if "saved" in line) == ["[0] saved", "[1] saved"]
+    assert processes_with(tag) == []
+
+
+def test_worker_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path, tag: str) -> None:
+    ready = tmp_path / "ready"
+    script = f'trap "" TERM INT; echo up >> {ready}; exec -a {tag} sleep 300'
+    proc = _start(["run", "-n", "2", "--grace", "1", "--", "bash", "-c", script])
+    _wait_for_line(ready, 2)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 137
+    assert 0.9 < time.monotonic() - t0 < 10
+    assert "after the grace period" in err
+    assert processes_with(tag) == []
+
+
+def test_log_dir_writes_one_file_per_rank(tmp_path: Path) -> None:
+    res = mldist(
+        ["run", "-n", "2", "--log-dir", str(tmp_path), "--", "bash", "-c", "echo hi from $MLDIST_RANK"]
+    )
+    assert res.returncode == 0
+    assert res.stdout == ""
+    assert (tmp_path / "rank-0.log").read_text() == "hi from 0\n"
+    assert (tmp_path / "rank-1.log").read_text() == "hi from 1\n"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
+def test_cpu_bind_cores_gives_disjoint_cpu_sets() -> None:
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    res = mldist(["run", "-n", "2", "--cpu-bind", "cores", "--", PY, "-c", code])
+    assert res.returncode == 0, res.stderr
+    sets = [set(json.loads(line.split(" ", 1)[1])) for line in res.stdout.splitlines()]
+    assert len(sets) == 2 and all(sets)
+    assert not sets[0] & sets[1]

