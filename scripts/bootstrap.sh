@@ -16,5 +16,7 @@ if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]
 fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 echo "bootstrap: installing mldist and its dependencies into .venv (about a minute)" >&2
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[cpu,dev]"
+# Some machines list local mirrors that may be absent; pip's warnings about them are noise.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[cpu,dev]" \
+  2> >(grep -v "is neither a file nor a directory" >&2)
 echo "$want" > "$stamp"

@@ -40,14 +40,42 @@ def test_captured_environment(
         local = tmp_path / Path(fname).name
         local.write_text(content)
         env = {k: (str(local) if v == fname else v) for k, v in env.items()}
-    p = detect(env)
     want = task["expect"]
-    got = {"rank": p.rank, "size": p.size, "local_rank": p.local_rank, "local_size": p.local_size}
+    if want["size"] is None:  # aprun exports no world size: mldist must say what to set
+        with pytest.raises(DetectionError, match="MLDIST_SIZE"):
+            detect(env)
+        return
+    p = detect(env)
+    got = {"rank": p.rank, "size": p.size, "local_size": p.local_size}
     assert got == {k: want[k] for k in got}, data["source"]
     if want.get("node_index") is not None and p.node_index is not None:
         assert p.node_index == want["node_index"]
     if want.get("hosts") and p.hosts is not None:
         assert list(p.hosts) == want["hosts"]
+
+
+# aprun's fixture has no layout to compare: its variables cannot give one.
+_LAYOUTS = [p for p in FIXTURES if json.loads(p.read_text())["tasks"][0]["expect"]["size"] is not None]
+
+
+@pytest.mark.parametrize("path", _LAYOUTS, ids=lambda p: p.stem)
+def test_local_ranks_are_a_permutation_per_node(path: Path) -> None:
+    # Open MPI may number local ranks 0,2,1 (oversubscribed); any one-to-one layout is right.
+    data = json.loads(path.read_text())
+    got: dict[int, list[int]] = {}
+    want: dict[int, list[int]] = {}
+    for task in data["tasks"]:
+        env = {k: v for k, v in task["env"].items() if k != "PBS_NODEFILE"}
+        node = task["expect"]["node_index"] or 0
+        got.setdefault(node, []).append(detect(env).local_rank)
+        want.setdefault(node, []).append(task["expect"]["local_rank"])
+    assert {n: sorted(v) for n, v in got.items()} == {n: sorted(v) for n, v in want.items()}
+
+
+def test_aprun_with_the_sizes_mldist_submit_exports() -> None:
+    env = {"ALPS_APP_PE": "3", "ALPS_APP_ID": "99", "MLDIST_SIZE": "4", "MLDIST_LOCAL_SIZE": "2"}
+    p = detect(env)
+    assert (p.launcher, p.rank, p.size, p.local_rank, p.local_size, p.node_index) == ("aprun", 3, 4, 1, 2, 1)
 
 
 @pytest.mark.parametrize(

@@ -136,9 +136,23 @@ def _mldist_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
     return {"workers": workers} if workers else {}
 
 
-def _pbs_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
+def _pals_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
     path = env.get("PBS_NODEFILE")
     return {"hosts": _read_nodefile(path)} if path else {}
+
+
+def _pbs_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
+    # A batch script is one process on the job's first node (the node file's first host).
+    path = env.get("PBS_NODEFILE")
+    return {"hosts": _read_nodefile(path)[:1], "node_index": 0} if path else {}
+
+
+def _aprun_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
+    # aprun places PEs block-wise (-N per node) and exports neither local rank nor node.
+    per_node = got.get("local_size")
+    if per_node is None or "local_rank" in got:
+        return {}
+    return {"local_rank": got["rank"] % per_node, "node_index": got["rank"] // per_node}
 
 
 _MPI_JOB = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "OMPI_MCA_ess_base_jobid", "PMI_ID")
@@ -182,7 +196,7 @@ LAUNCHERS: tuple[LauncherRule, ...] = (
             "local_size": ("PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE"),
             "node_index": ("PALS_NODEID",),
         },
-        _pbs_extra,
+        _pals_extra,
         "Cray PALS mpiexec",
         ("PBS_JOBID", "PALS_APID"),
     ),
@@ -204,11 +218,11 @@ LAUNCHERS: tuple[LauncherRule, ...] = (
         "ALPS_APP_PE",
         {
             "rank": ("ALPS_APP_PE",),
-            "size": ("PMI_SIZE", "MLDIST_SIZE"),
+            "size": ("MLDIST_SIZE", "PMI_SIZE"),
             "local_rank": ("PMI_LOCAL_RANK",),
-            "local_size": ("PMI_LOCAL_SIZE",),
+            "local_size": ("MLDIST_LOCAL_SIZE", "PMI_LOCAL_SIZE"),
         },
-        None,
+        _aprun_extra,
         "Cray ALPS aprun",
         ("COBALT_JOBID", "ALPS_APP_ID"),
     ),
