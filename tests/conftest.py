@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Worker scripts run as programs under the launcher; importing them would run them.
+collect_ignore = ["workers", "fixtures"]
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 

@@ -9,7 +9,9 @@ Example::
 
 from __future__ import annotations
 
+from .collectives import allgather, allreduce, broadcast
 from .errors import ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
+from .gradients import DistributedGradientTape
 from .runtime import (
     Context,
     context,
@@ -28,10 +30,14 @@ __all__ = [
     "ConfigError",
     "Context",
     "DetectionError",
+    "DistributedGradientTape",
     "LaunchError",
     "MldistError",
     "RuntimeStateError",
     "__version__",
+    "allgather",
+    "allreduce",
+    "broadcast",
     "context",
     "init",
     "is_chief",

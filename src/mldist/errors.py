@@ -14,6 +14,10 @@ from __future__ import annotations
 class MldistError(Exception):
     """Base class of every error raised on purpose by mldist."""
 
+    # TensorFlow's autograph rewrites errors raised while tracing into a
+    # multi-line "in user code" message; ours already say what to do.
+    ag_pass_through = True
+
 
 class ConfigError(MldistError, ValueError):
     """A setting, flag or environment variable has a value mldist cannot use."""

@@ -15,13 +15,15 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from .cluster import ClusterSpec, build_cluster_spec, check_port_free
 from .detect import detect
-from .errors import ConfigError, RuntimeStateError
+from .errors import ConfigError, MldistError, RuntimeStateError
 from .resources import (
     ThreadPlan,
     choose_gpu,
@@ -129,6 +131,47 @@ def _start_collectives(tf: Any, spec: ClusterSpec, communication: str, has_gpu: 
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options), communication
 
 
+#: TensorFlow collective failures, recognised by a fragment of their message.
+COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
+    (
+        "Shape mismatch in the collective",
+        "workers passed tensors of different shapes to one collective; every rank must run the "
+        "same steps on same-shaped batches (mldist.data.shard drops the uneven remainder)",
+    ),
+    (
+        "The tasks have crashed",
+        "another worker died or stopped answering; its own output names the first error",
+    ),
+)
+
+
+def explain_failure(message: str) -> str | None:
+    """One-line explanation of a known TensorFlow collective failure, else None.
+
+    Example:
+        >>> explain_failure("... Shape mismatch in the collective instance 100 ...")[:27]
+        'workers passed tensors of d'
+    """
+    for fragment, explanation in COLLECTIVE_FAILURES:
+        if fragment in message:
+            return explanation
+    return None
+
+
+def _one_line_errors(
+    kind: type[BaseException], exc: BaseException, tb: TracebackType | None, previous: Any = sys.excepthook
+) -> None:
+    """Uncaught mldist errors and known collective failures print as one line naming the rank."""
+    where = f" (rank {_ctx.rank})" if _ctx is not None else ""
+    explained = None if isinstance(exc, MldistError) else explain_failure(str(exc))
+    if isinstance(exc, MldistError):
+        print(f"mldist: error{where}: {exc}", file=sys.stderr, flush=True)
+    elif explained:
+        print(f"mldist: error{where}: {explained} ({kind.__name__})", file=sys.stderr, flush=True)
+    else:
+        previous(kind, exc, tb)
+
+
 def init(communication: str | None = None) -> Context:
     """Detect the cluster, set threads, pin the GPU and start collectives.
 
@@ -150,6 +193,7 @@ def init(communication: str | None = None) -> Context:
     comm = (communication or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
     if comm not in COMMUNICATIONS:
         raise ConfigError(f"communication={comm!r} is not one of {', '.join(COMMUNICATIONS)}")
+    sys.excepthook = _one_line_errors
     spec = build_cluster_spec(detect(os.environ), os.environ)
     plan, pinned = thread_plan_for(spec)
     for key, value in openmp_defaults(plan, pinned).items():

@@ -1,0 +1,79 @@
+"""One benchmark process: Keras fit of the example CNN on MNIST-shaped random data.
+
+Usage: bench_worker.py {plain,mldist} --threads T --steps S [--warmup W] [--one-core]
+Prints ``RESULT {json}`` with this process's images per second over the timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("mode", choices=("plain", "mldist"))
+p.add_argument("--threads", type=int, required=True)
+p.add_argument("--steps", type=int, default=60)
+p.add_argument("--warmup", type=int, default=15)
+p.add_argument("--batch", type=int, default=64)
+p.add_argument("--one-core", action="store_true", help="pin this process to CPU 0")
+args = p.parse_args()
+if args.one_core:
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+
+rank, size = 0, 1
+if args.mode == "mldist":
+    import mldist
+    import mldist.keras
+
+    ctx = mldist.init()
+    rank, size = ctx.rank, ctx.size
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+if args.mode == "plain":
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+
+model = keras.Sequential(
+    [
+        keras.Input((28, 28, 1)),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(10, activation="softmax"),
+    ]
+)
+opt = keras.optimizers.SGD(0.01)
+callbacks: list[keras.callbacks.Callback] = []
+if args.mode == "mldist":
+    opt = mldist.keras.DistributedOptimizer(opt)
+    callbacks = mldist.keras.default_callbacks()
+model.compile(opt, "sparse_categorical_crossentropy")
+
+
+class Timer(keras.callbacks.Callback):  # type: ignore[misc]
+    start = 0.0
+    end = 0.0
+
+    def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+        if batch == args.warmup:
+            self.start = time.perf_counter()
+
+    def on_train_end(self, logs: object = None) -> None:
+        self.end = time.perf_counter()
+
+
+timer = Timer()
+n = (args.warmup + args.steps) * args.batch
+rng = np.random.default_rng(rank)
+x = rng.random((n, 28, 28, 1), dtype=np.float32)
+y = rng.integers(0, 10, n)
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch, drop_remainder=True).cache()
+model.fit(ds, epochs=1, verbose=0, callbacks=[*callbacks, timer])
+ips = args.steps * args.batch / (timer.end - timer.start)
+print("RESULT " + json.dumps({"rank": rank, "size": size, "images_per_second": ips}), flush=True)

@@ -1,0 +1,88 @@
+"""Throughput of mldist against plain Keras, measured side by side in one run.
+
+    python benchmarks/throughput.py [--repeats 2] [--steps 60]
+
+Goals (issue: training engine): 1 worker with mldist >= 0.97 of plain Keras fit;
+2 workers x 1 thread >= 0.90 weak-scaling efficiency against 1 worker x 1 thread.
+Configurations are interleaved (A B C D A B C D ...) so drift hits all of them alike;
+the median of the repeats is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+
+
+def measure(cmd: list[str], env_extra: dict[str, str]) -> list[float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLDIST_", "SLURM_", "OMPI_", "PMI_"))}
+    env.update(env_extra)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if res.returncode != 0:
+        raise SystemExit(f"benchmark run failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr[-2000:]}")
+    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
+    return [float(r["images_per_second"]) for r in rows]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--steps", type=int, default=60)
+    args = p.parse_args()
+    worker = [PY, str(HERE / "bench_worker.py")]
+    steps = ["--steps", str(args.steps)]
+    cores = len(os.sched_getaffinity(0))
+    one = {"MLDIST_CPUS_PER_TASK": "1", "OMP_NUM_THREADS": "1"}
+    configs = {
+        "plain, 1 process": ([*worker, "plain", "--threads", str(cores), *steps], {}),
+        "mldist, 1 worker": ([*worker, "mldist", "--threads", str(cores), *steps], {}),
+        "mldist, 1 worker x 1 thread": ([*worker, "mldist", "--threads", "1", "--one-core", *steps], one),
+        "mldist, 2 workers x 1 thread": (
+            [
+                PY,
+                "-m",
+                "mldist",
+                "run",
+                "-n",
+                "2",
+                "--cpu-bind",
+                "cores",
+                "--",
+                *worker,
+                "mldist",
+                "--threads",
+                "1",
+                *steps,
+            ],
+            one,
+        ),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in configs}
+    for rep in range(args.repeats):
+        for name, (cmd, env) in configs.items():
+            ips = measure(cmd, env)
+            samples[name].append(sum(ips) / len(ips))  # per-worker images/s
+            print(f"repeat {rep + 1}: {name:32s} {samples[name][-1]:8.1f} images/s per worker", flush=True)
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    overhead = med["mldist, 1 worker"] / med["plain, 1 process"]
+    weak = med["mldist, 2 workers x 1 thread"] / med["mldist, 1 worker x 1 thread"]
+    print()
+    print(f"1 worker mldist / plain Keras fit:          {overhead:.3f}  (goal >= 0.97)")
+    print(f"weak scaling, 2x1 thread vs 1x1 thread:     {weak:.3f}  (goal >= 0.90)")
+    print(
+        json.dumps(
+            {"medians_images_per_second_per_worker": med, "ratio_1worker": overhead, "weak_scaling": weak}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Sharding ``tf.data`` input so every rank runs the same number of steps.
+
+Uneven shards hang collectives: the rank with one batch more waits forever
+for the others. The helpers here shard by file when there are at least as
+many files as workers, else by element (never tf.data's AUTO policy, which
+errors with fewer files than workers), drop the remainder, and cut every
+rank to the smallest shard's number of full batches.
+
+Example::
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = mldist.data.shard(ds, batch_size=64, shuffle_buffer=10_000)
+    model.fit(ds, epochs=5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import runtime
+from .collectives import allreduce
+from .errors import ConfigError
+
+
+def equal_steps(counts: Sequence[int], batch_size: int) -> int:
+    """Full batches every rank can run, given each rank's element count.
+
+    Example:
+        >>> equal_steps([101, 100], 10)
+        10
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size} must be at least 1")
+    return min(counts) // batch_size
+
+
+def _local_count(ds: Any) -> int:
+    import tensorflow as tf
+
+    n = int(ds.cardinality())
+    if n >= 0:
+        return n
+    if n == int(tf.data.INFINITE_CARDINALITY):
+        raise ConfigError("the dataset is infinite (.repeat()): shard before repeating; fit repeats")
+    # Unknown size (e.g. after filter or reading files): one counting pass.
+    return int(ds.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
+
+
+def _finish(ds: Any, batch_size: int, shuffle_buffer: int, seed: int) -> Any:
+    import tensorflow as tf
+
+    ctx = runtime.init()
+    local = _local_count(ds)
+    smallest = int(allreduce(tf.constant(local, tf.int64), op="min"))
+    steps = equal_steps([smallest], batch_size)
+    if steps == 0:
+        raise ConfigError(
+            f"rank {ctx.rank}: a shard of {smallest} examples gives no full batch of {batch_size}; "
+            "lower batch_size or use fewer workers"
+        )
+    ds = ds.take(steps * batch_size)
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed + ctx.rank, reshuffle_each_iteration=True)
+    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    # Already sharded: a strategy must not shard it again.
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(options)
+
+
+def shard(dataset: Any, batch_size: int, *, shuffle_buffer: int = 0, seed: int = 0) -> Any:
+    """This rank's part of ``dataset`` by element, batched, equal steps on every rank.
+
+    Args:
+        dataset: un-batched ``tf.data.Dataset`` (same order on every rank).
+        batch_size: per-worker batch size.
+        shuffle_buffer: shuffle this rank's shard each epoch with this buffer (0: no).
+        seed: shuffle seed (each rank adds its rank).
+
+    Example::
+
+        ds = mldist.data.shard(tf.data.Dataset.from_tensor_slices((x, y)), 64)
+    """
+    ctx = runtime.init()
+    ds = dataset.shard(ctx.size, ctx.rank) if ctx.size > 1 else dataset
+    return _finish(ds, batch_size, shuffle_buffer, seed)
+
+
+def shard_files(
+    files: Sequence[str],
+    reader: Callable[[Any], Any],
+    batch_size: int,
+    *,
+    shuffle_buffer: int = 0,
+    seed: int = 0,
+) -> Any:
+    """Read ``files`` with ``reader`` and shard by file (or by element if too few files).
+
+    Args:
+        files: every rank's full, identically ordered file list.
+        reader: maps a file name tensor to a dataset (e.g. ``tf.data.TFRecordDataset``).
+        batch_size: per-worker batch size.
+        shuffle_buffer: shuffle this rank's examples each epoch (0: no).
+        seed: shuffle seed (each rank adds its rank).
+
+    Example::
+
+        ds = mldist.data.shard_files(sorted(glob("data/*.tfrecord")), tf.data.TFRecordDataset, 64)
+    """
+    import tensorflow as tf
+
+    if not files:
+        raise ConfigError("shard_files got no files; check the glob pattern or the data directory")
+    ctx = runtime.init()
+    by_file = len(files) >= ctx.size
+    mine = list(files)[ctx.rank :: ctx.size] if by_file else list(files)
+    ds = tf.data.Dataset.from_tensor_slices(mine).interleave(reader, cycle_length=1)
+    if not by_file and ctx.size > 1:
+        ds = ds.shard(ctx.size, ctx.rank)
+    return _finish(ds, batch_size, shuffle_buffer, seed)

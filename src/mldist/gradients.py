@@ -1,0 +1,95 @@
+"""Gradient averaging for Keras optimizers and plain training loops.
+
+Example::
+
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    tape = mldist.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)   # averaged over workers
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import runtime
+from .collectives import DEFAULT_BUCKET_BYTES, allreduce
+from .errors import ConfigError
+
+XLA_CPU_FIX = (
+    "XLA cannot compile the RING collectives mldist uses between CPU workers "
+    "(model.compile(jit_compile=True)); compile with jit_compile=False, or leave the default 'auto'"
+)
+
+
+def _check_not_xla_on_cpu() -> None:
+    import tensorflow as tf
+    from tensorflow.python.ops import control_flow_util
+
+    if tf.executing_eagerly() or runtime.context().communication == "nccl":
+        return
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise ConfigError(XLA_CPU_FIX)
+
+
+def average_gradients(
+    grads: list[Any], bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None
+) -> list[Any]:
+    """Mean of every worker's gradients, fused; ``None`` entries stay ``None``.
+
+    Args:
+        grads: one gradient (tensor, IndexedSlices or None) per variable.
+        bucket_bytes: capacity of one fused collective.
+        compression: "fp16" to send float16.
+
+    Example::
+
+        grads = average_gradients(tape.gradient(loss, model.trainable_variables))
+    """
+    ctx = runtime.init()
+    if ctx.size == 1:
+        return grads
+    _check_not_xla_on_cpu()
+    import tensorflow as tf
+
+    present = [i for i, g in enumerate(grads) if g is not None]
+    # Sparse gradients (embeddings) are densified: one fused buffer beats many gathers.
+    dense = [tf.convert_to_tensor(grads[i]) for i in present]
+    reduced = allreduce(dense, "mean", bucket_bytes=bucket_bytes, compression=compression)
+    out = list(grads)
+    for i, g in zip(present, reduced, strict=True):
+        out[i] = g
+    return out
+
+
+class DistributedGradientTape:
+    """A ``tf.GradientTape`` whose ``gradient`` averages over all workers.
+
+    Args:
+        tape: the tape that recorded the forward pass.
+        bucket_bytes: capacity of one fused collective.
+        compression: None, or "fp16".
+
+    Example::
+
+        grads = mldist.DistributedGradientTape(tape).gradient(loss, variables)
+    """
+
+    def __init__(
+        self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None
+    ) -> None:
+        self._tape = tape
+        self._bucket_bytes = bucket_bytes
+        self._compression = compression
+
+    def gradient(self, target: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
+        """Like ``tf.GradientTape.gradient``, averaged over workers."""
+        import tensorflow as tf
+
+        grads = self._tape.gradient(target, sources, *args, **kwargs)
+        flat = tf.nest.flatten(grads, expand_composites=False)
+        averaged = average_gradients(flat, self._bucket_bytes, self._compression)
+        return tf.nest.pack_sequence_as(grads, averaged)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tape, name)

@@ -1,0 +1,32 @@
+"""Keras helpers: the distributed optimizer and callbacks for ``model.fit``.
+
+Example::
+
+    import keras, mldist, mldist.keras
+    mldist.init()
+    opt = mldist.keras.DistributedOptimizer(keras.optimizers.Adam(mldist.keras.scale_lr(1e-3)))
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(ds, epochs=5, callbacks=mldist.keras.default_callbacks())
+"""
+
+from __future__ import annotations
+
+from ..gradients import average_gradients
+from .callbacks import (
+    AverageMetrics,
+    BroadcastInitialState,
+    LearningRateWarmup,
+    default_callbacks,
+    scale_lr,
+)
+from .optimizer import DistributedOptimizer
+
+__all__ = [
+    "AverageMetrics",
+    "BroadcastInitialState",
+    "DistributedOptimizer",
+    "LearningRateWarmup",
+    "average_gradients",
+    "default_callbacks",
+    "scale_lr",
+]

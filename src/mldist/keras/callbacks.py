@@ -1,0 +1,193 @@
+"""Keras callbacks for data-parallel training.
+
+Put them first in ``callbacks=``: Keras runs callbacks in list order, so
+metrics averaged here are what EarlyStopping, ReduceLROnPlateau and
+checkpoints see, and every rank takes the same decision.
+
+Example::
+
+    model.fit(ds, epochs=10, callbacks=[*mldist.keras.default_callbacks(), EarlyStopping()])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+
+from .. import runtime
+from ..collectives import allgather, allreduce, broadcast
+from ..errors import ConfigError
+
+RULES = ("linear", "sqrt")
+
+
+def quiet_unless_chief() -> None:
+    """Progress bars and Keras messages only on rank 0."""
+    if not runtime.init().is_chief:
+        keras.config.disable_interactive_logging()
+
+
+def scale_lr(lr: float, rule: str = "linear", size: int | None = None) -> float:
+    """Learning rate for ``size`` workers (default: the world size).
+
+    Args:
+        lr: the single-worker learning rate.
+        rule: "linear" (Goyal et al. 2017) or "sqrt".
+        size: number of workers; default ``mldist.size()``.
+
+    Example::
+
+        keras.optimizers.SGD(scale_lr(0.1))     # 0.4 on 4 workers
+    """
+    if rule not in RULES:
+        raise ConfigError(f"rule={rule!r} is not one of {', '.join(RULES)}")
+    n = size if size is not None else runtime.init().size
+    if n < 1:
+        raise ConfigError(f"size={n} must be at least 1")
+    return lr * n if rule == "linear" else lr * math.sqrt(n)
+
+
+def check_equal_steps(steps: int | None) -> None:
+    """Raise on every rank, naming each rank's count, if steps per epoch differ.
+
+    A rank with one step more would wait forever in a collective.
+    """
+    import tensorflow as tf
+
+    counts = allgather(tf.constant([-1 if steps is None else int(steps)], tf.int64)).numpy().tolist()
+    if len(set(counts)) > 1:
+        listed = ", ".join(f"rank {r}: {'unknown' if c < 0 else c}" for r, c in enumerate(counts))
+        raise ConfigError(
+            f"steps per epoch differ between workers ({listed}); shard the input with "
+            "mldist.data.shard(...) or pass the same steps_per_epoch= on every rank"
+        )
+
+
+class BroadcastInitialState(keras.callbacks.Callback):  # type: ignore[misc]
+    """At the start of training every rank takes rank ``root``'s weights and optimizer state.
+
+    Workers then need not share a seed. Runs once per callback instance.
+
+    Args:
+        root: the rank whose state wins.
+    """
+
+    def __init__(self, root: int = 0) -> None:
+        super().__init__()
+        self.root = root
+        self.done = False
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        quiet_unless_chief()
+        if runtime.init().size == 1:
+            return
+        check_equal_steps(self.params.get("steps"))
+        if self.done:
+            return
+        variables = list(self.model.variables)
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            variables += list(optimizer.variables)
+        values = broadcast([v.value for v in variables], root=self.root)
+        for var, value in zip(variables, values, strict=True):
+            var.assign(value)
+        self.done = True
+
+
+class AverageMetrics(keras.callbacks.Callback):  # type: ignore[misc]
+    """Average epoch metrics (training and ``val_``) over all workers, in place.
+
+    Later callbacks, History and the progress bar see the averages.
+    """
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        quiet_unless_chief()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if not logs or runtime.init().size == 1:
+            return
+        import tensorflow as tf
+
+        keys = sorted(k for k, v in logs.items() if isinstance(v, int | float))
+        means = allreduce(tf.constant([float(logs[k]) for k in keys], tf.float64), "mean")
+        for key, value in zip(keys, means.numpy().tolist(), strict=True):
+            logs[key] = value
+
+
+class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
+    """Ramp the learning rate from ``lr / size`` to ``lr`` (Goyal et al. 2017).
+
+    The step count comes from the optimizer's ``iterations``, so a resumed
+    run continues the ramp where it stopped.
+
+    Args:
+        warmup_epochs: ramp length in epochs (uses the fit's steps per epoch).
+        warmup_steps: ramp length in optimizer steps (instead of epochs).
+        target_lr: the final rate; default the optimizer's rate at the start.
+        verbose: print the rate at the end of the warm-up (rank 0).
+
+    Example::
+
+        LearningRateWarmup(warmup_epochs=5)
+    """
+
+    def __init__(
+        self,
+        warmup_epochs: float | None = None,
+        warmup_steps: int | None = None,
+        target_lr: float | None = None,
+        verbose: int = 0,
+    ) -> None:
+        super().__init__()
+        if (warmup_epochs is None) == (warmup_steps is None):
+            raise ConfigError("give exactly one of warmup_epochs= or warmup_steps=")
+        if (warmup_epochs or 0) < 0 or (warmup_steps or 0) < 0:
+            raise ConfigError("the warm-up length cannot be negative")
+        self.warmup_epochs = warmup_epochs
+        self.warmup_steps = warmup_steps
+        self.target_lr = target_lr
+        self.verbose = verbose
+        self._total = warmup_steps or 0
+        self._size = 1
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        self._size = runtime.init().size
+        opt = self.model.optimizer
+        if isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            raise ConfigError("LearningRateWarmup needs a constant learning rate, not a schedule")
+        if self.target_lr is None:
+            self.target_lr = float(keras.ops.convert_to_numpy(opt.learning_rate))
+        if self.warmup_steps is not None:
+            self._total = self.warmup_steps
+        else:
+            steps = self.params.get("steps") or 0
+            if not steps:
+                raise ConfigError("warmup_epochs needs a known number of steps per epoch; use warmup_steps=")
+            self._total = round(float(self.warmup_epochs or 0) * steps)
+
+    def lr_at(self, step: int) -> float:
+        """The rate for optimizer step ``step`` (0-based)."""
+        assert self.target_lr is not None
+        if step >= self._total:
+            return self.target_lr
+        start = self.target_lr / self._size
+        return start + (self.target_lr - start) * step / self._total
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        if step <= self._total:
+            self.model.optimizer.learning_rate = self.lr_at(step)
+            if self.verbose and step == self._total and runtime.init().is_chief:
+                print(f"\nLearningRateWarmup: reached learning rate {self.target_lr:g} at step {step}")
+
+
+def default_callbacks(root: int = 0) -> list[keras.callbacks.Callback]:
+    """The callbacks every data-parallel ``fit`` wants, in the right order.
+
+    Example::
+
+        model.fit(ds, callbacks=[*mldist.keras.default_callbacks(), my_callback])
+    """
+    return [BroadcastInitialState(root), AverageMetrics()]

@@ -1,0 +1,118 @@
+"""The training engine on real workers: collectives, Keras fit, data sharding, the example."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import PY, ROOT, clean_env, mldist
+
+pytestmark = pytest.mark.slow
+WORKERS = Path(__file__).parent / "workers"
+
+
+def _results(stdout: str) -> list[dict[str, Any]]:
+    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if "RESULT " in line]
+    return sorted(rows, key=lambda r: int(r["rank"]))
+
+
+def test_collectives_on_two_workers() -> None:
+    res = mldist(["run", "-n", "2", "--", PY, str(WORKERS / "collectives.py")], timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = _results(res.stdout)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["sum_a"] == [3.0, 3.0, 3.0]  # 1 + 2
+        assert row["sum_b"] == [[1]]  # int32 bucket: 0 + 1
+        assert row["mean"] == [0.5]
+        assert (row["max"], row["min"]) == ([1, 0], [0, -1])
+        assert row["fp16"] == [2.0]  # mean of 1.5 and 2.5 sent as float16
+        assert row["bcast"] == [[8.0], [True]]  # rank 1's values reach rank 0
+        assert row["gather"] == [[0, 0], [1, 1], [1, 1]]  # 1 row from rank 0, 2 from rank 1
+        # 3 float tensors + 1 int tensor: one collective per dtype, or per 80-byte bucket.
+        assert (row["collectives_one_bucket"], row["collectives_small_buckets"]) == (2, 3)
+        # 11 elements over 2 ranks (6 and 5), batch 2: both ranks run 2 steps.
+        assert (row["steps"], row["file_steps"]) == (2, 2)
+
+
+def test_one_worker_collectives_are_identities() -> None:
+    res = subprocess.run(
+        [PY, str(WORKERS / "collectives.py")], capture_output=True, text=True, env=clean_env(), timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    (row,) = _results(res.stdout)
+    assert (row["sum_a"], row["mean"], row["gather"]) == ([1.0, 1.0, 1.0], [0.0], [[0, 0]])
+    assert (row["collectives_one_bucket"], row["collectives_small_buckets"]) == (0, 0)
+    assert (row["steps"], row["file_steps"]) == (5, 5)
+
+
+def _fit(mode: str, out: Path, workers: int) -> subprocess.CompletedProcess[str]:
+    cmd = [PY, str(WORKERS / "fit_modes.py"), mode, str(out)]
+    if workers == 1:
+        return subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), timeout=240)
+    return mldist(["run", "-n", str(workers), "--", *cmd], timeout=240)
+
+
+def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    single = _fit("equivalence", tmp_path / "one", 1)
+    assert single.returncode == 0, single.stderr[-3000:]
+    dist = _fit("equivalence", tmp_path / "two", 2)
+    assert dist.returncode == 0, dist.stderr[-3000:]
+    w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
+    ref = np.load(tmp_path / "one" / "weights-0.npy")
+    assert np.array_equal(w0, w1)  # bit-identical although the ranks were seeded differently
+    assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path) -> None:
+    res = _fit("meangrad", tmp_path, 2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    g0, g1 = (np.load(tmp_path / f"grad-{r}.npy") for r in (0, 1))
+    assert not np.allclose(g0, g1)  # the workers really had different data
+    for r in (0, 1):
+        after = np.load(tmp_path / f"after-{r}.npy")
+        np.testing.assert_allclose(after, 1.0 - (g0 + g1) / 2, rtol=1e-6)  # w0 = 1, lr = 1
+
+
+def test_xla_on_cpu_stops_with_one_clear_line(tmp_path: Path) -> None:
+    res = _fit("xla", tmp_path, 2)
+    assert res.returncode == 1
+    assert "XLA-FIT-RAN" not in res.stdout
+    lines = [line for line in (res.stdout + res.stderr).splitlines() if "mldist: error" in line]
+    assert lines and all("jit_compile=False" in line for line in lines)
+    assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_uneven_steps_stop_before_training_naming_each_rank(tmp_path: Path) -> None:
+    res = _fit("uneven", tmp_path, 2)
+    assert res.returncode == 1
+    assert "UNEVEN-FIT-RAN" not in res.stdout
+    assert "steps per epoch differ between workers (rank 0: 3, rank 1: 4)" in res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_shape_mismatch_in_a_collective_is_explained(tmp_path: Path) -> None:
+    res = _fit("shapes", tmp_path, 2)
+    assert res.returncode == 1
+    assert "SHAPES-RAN" not in res.stdout
+    assert "workers passed tensors of different shapes" in res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_example_reaches_95_percent_with_two_workers(tmp_path: Path) -> None:
+    example = ROOT / "examples" / "digits_cnn.py"
+    res = mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1))
+    assert (r0["size"], r1["rank"]) == (2, 1)
+    assert r0["test_accuracy"] >= 0.95
+    assert r0["weights_sha256"] == r1["weights_sha256"]
+    # Progress is printed by rank 0 only.
+    assert "[0] Epoch 1/" in res.stdout and "[1] Epoch" not in res.stdout

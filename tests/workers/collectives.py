@@ -1,0 +1,61 @@
+"""Worker for the collective tests: runs every check in one process, prints RESULT json."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import mldist
+import mldist.data
+
+ctx = mldist.init()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+r, n = ctx.rank, ctx.size
+out: dict[str, object] = {"rank": r, "size": n}
+
+# Eager calls on nested structures and dtypes.
+red = mldist.allreduce({"a": tf.fill([3], float(r + 1)), "b": [tf.constant([[r]], tf.int32)]}, op="sum")
+out["sum_a"] = red["a"].numpy().tolist()
+out["sum_b"] = red["b"][0].numpy().tolist()
+out["mean"] = mldist.allreduce(tf.constant([float(r)]), op="mean").numpy().tolist()
+out["max"] = mldist.allreduce(tf.constant([r, -r]), op="max").numpy().tolist()
+out["min"] = mldist.allreduce(tf.constant([r, -r]), op="min").numpy().tolist()
+out["fp16"] = mldist.allreduce(tf.constant([1.5 + r]), compression="fp16").numpy().tolist()
+out["bcast"] = [
+    t.numpy().tolist()
+    for t in mldist.broadcast([tf.constant([r + 7.0]), tf.constant([r == n - 1])], root=n - 1)
+]
+out["gather"] = mldist.allgather(tf.fill([r + 1, 2], r)).numpy().tolist()
+
+
+# Traced: count the collective ops per bucket plan (3 float tensors of 40 B + 1 int tensor).
+def count(bucket_bytes: int) -> int:
+    @tf.function
+    def f(a, b, c, d):  # type: ignore[no-untyped-def]
+        return mldist.allreduce([a, b, c, d], op="sum", bucket_bytes=bucket_bytes)
+
+    specs = [tf.TensorSpec([10], tf.float32)] * 3 + [tf.TensorSpec([4], tf.int32)]
+    graph = f.get_concrete_function(*specs).graph
+    seen, todo = 0, [graph]
+    while todo:
+        g = todo.pop()
+        seen += sum(op.type.startswith("CollectiveReduce") for op in g.get_operations())
+        todo += [fn.graph for fn in getattr(g, "_functions", {}).values() if hasattr(fn, "graph")]
+    return seen
+
+
+out["collectives_one_bucket"] = count(1 << 20)
+out["collectives_small_buckets"] = count(80)
+
+# Data: uneven shards (11 elements over the workers) must give equal step counts.
+ds = mldist.data.shard(tf.data.Dataset.range(11 + r * 0), batch_size=2)
+out["steps"] = sum(1 for _ in ds)
+files = [f"f{i}" for i in range(max(1, n - 1))]  # fewer files than workers: element sharding
+fds = mldist.data.shard_files(files, lambda f: tf.data.Dataset.from_tensors(f).repeat(5), batch_size=1)
+out["file_steps"] = sum(1 for _ in fds)
+out["np"] = np.__version__ != ""
+print("RESULT " + json.dumps(out), flush=True)
+sys.stdout.flush()
