@@ -1,7 +1,8 @@
 """One benchmark process: Keras fit of the example CNN on MNIST-shaped random data.
 
-Usage: bench_worker.py {plain,mldist} --threads T --steps S [--warmup W] [--one-core]
-Prints ``RESULT {json}`` with this process's images per second over the timed steps.
+Usage: bench_worker.py {plain,mldist,allreduce} --threads T --steps S [--warmup W] [--one-core]
+Prints ``RESULT {json}`` with this process's images per second over the timed steps;
+``allreduce`` instead times mldist.allreduce of the CNN's gradient size and of 1,000 floats.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import time
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=("plain", "mldist"))
+p.add_argument("mode", choices=("plain", "mldist", "allreduce"))
 p.add_argument("--threads", type=int, required=True)
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--warmup", type=int, default=15)
@@ -23,7 +24,7 @@ if args.one_core:
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
 rank, size = 0, 1
-if args.mode == "mldist":
+if args.mode != "plain":
     import mldist
     import mldist.keras
 
@@ -67,6 +68,24 @@ class Timer(keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_end(self, logs: object = None) -> None:
         self.end = time.perf_counter()
 
+
+if args.mode == "allreduce":
+    grad_floats = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    times = {}
+    for label, n in (("gradient", grad_floats), ("tiny", 1000)):
+        value = tf.ones([n])
+        reduce_fn = tf.function(lambda v: mldist.allreduce([v]))
+        for _ in range(args.warmup):
+            reduce_fn(value)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            out = reduce_fn(value)
+        out[0].numpy()
+        times[label] = (time.perf_counter() - t0) / args.steps
+    result = {"rank": rank, "gradient_bytes": grad_floats * 4, "allreduce_ms": times["gradient"] * 1e3}
+    result["tiny_allreduce_ms"] = times["tiny"] * 1e3
+    print("RESULT " + json.dumps(result), flush=True)
+    raise SystemExit(0)
 
 timer = Timer()
 n = (args.warmup + args.steps) * args.batch

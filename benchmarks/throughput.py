@@ -22,14 +22,17 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 
 
-def measure(cmd: list[str], env_extra: dict[str, str]) -> list[float]:
+def run_rows(cmd: list[str], env_extra: dict[str, str]) -> list[dict[str, float]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLDIST_", "SLURM_", "OMPI_", "PMI_"))}
     env.update(env_extra)
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     if res.returncode != 0:
         raise SystemExit(f"benchmark run failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr[-2000:]}")
-    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
-    return [float(r["images_per_second"]) for r in rows]
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if "RESULT " in line]
+
+
+def measure(cmd: list[str], env_extra: dict[str, str]) -> list[float]:
+    return [float(r["images_per_second"]) for r in run_rows(cmd, env_extra)]
 
 
 def main() -> None:
@@ -77,11 +80,20 @@ def main() -> None:
     print()
     print(f"1 worker mldist / plain Keras fit:          {overhead:.3f}  (goal >= 0.97)")
     print(f"weak scaling, 2x1 thread vs 1x1 thread:     {weak:.3f}  (goal >= 0.90)")
+    # Where the time goes: one step's compute against the collective alone.
+    run2 = [PY, "-m", "mldist", "run", "-n", "2", "--cpu-bind", "cores", "--"]
+    (ar, *_) = run_rows([*run2, *worker, "allreduce", "--threads", "1", *steps], one)
+    step_1 = 64 / med["mldist, 1 worker x 1 thread"] * 1e3
+    step_2 = 64 / med["mldist, 2 workers x 1 thread"] * 1e3
+    print()
+    print(f"step time, 1 worker x 1 thread:             {step_1:6.2f} ms")
+    print(f"step time, 2 workers x 1 thread:            {step_2:6.2f} ms  (+{step_2 - step_1:.2f} ms)")
     print(
-        json.dumps(
-            {"medians_images_per_second_per_worker": med, "ratio_1worker": overhead, "weak_scaling": weak}
-        )
+        f"allreduce of the {ar['gradient_bytes'] / 1e6:.2f} MB gradient alone:   {ar['allreduce_ms']:6.2f} ms"
     )
+    print(f"allreduce of 4 KB alone (fixed latency):    {ar['tiny_allreduce_ms']:6.2f} ms")
+    summary = {"medians_images_per_second_per_worker": med, "ratio_1worker": overhead, "weak_scaling": weak}
+    print(json.dumps(summary | {"allreduce": ar, "step_ms_1x1": step_1, "step_ms_2x1": step_2}))
 
 
 if __name__ == "__main__":

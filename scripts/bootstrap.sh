@@ -19,4 +19,8 @@ echo "bootstrap: installing mldist and its dependencies into .venv (about a minu
 # Some machines list local mirrors that may be absent; pip's warnings about them are noise.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[cpu,dev]" \
   2> >(grep -v "is neither a file nor a directory" >&2)
+# Legacy Keras 2 for TF_USE_LEGACY_KERAS=1 users: --no-deps, because tf-keras's
+# metadata pulls the full (CUDA) tensorflow wheel next to tensorflow-cpu.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -c constraints.txt tf-keras \
+  2> >(grep -v "is neither a file nor a directory" >&2)
 echo "$want" > "$stamp"

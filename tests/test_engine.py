@@ -116,3 +116,15 @@ def test_example_reaches_95_percent_with_two_workers(tmp_path: Path) -> None:
     assert r0["weights_sha256"] == r1["weights_sha256"]
     # Progress is printed by rank 0 only.
     assert "[0] Epoch 1/" in res.stdout and "[1] Epoch" not in res.stdout
+
+
+def test_legacy_tf_keras_scope_fit_and_distributed_optimizer() -> None:
+    worker = [PY, str(WORKERS / "legacy.py")]
+    env = clean_env(TF_USE_LEGACY_KERAS="1")
+    res = mldist(["run", "-n", "2", "--", *worker], env=env, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r0, r1 = _results(res.stdout)
+    assert r0["keras"].startswith("tf_keras") and r0["optimizer_class"].startswith("tf_keras")
+    assert r0["scope"] == r1["scope"]  # MultiWorkerMirroredStrategy scope + fit
+    assert r0["optimizer"] == r1["optimizer"]  # DistributedOptimizer outside any scope
+    assert r0["plain"] != r1["plain"]  # the control: different data, no averaging
