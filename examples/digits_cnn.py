@@ -76,6 +76,7 @@ def weights_sha256(model) -> str:  # type: ignore[no-untyped-def]
 def main() -> None:
     args = parse_args()
     ctx = mldist.init()
+    print(f"rank {ctx.rank} of {ctx.size} on {os.uname().nodename} (launcher {ctx.launcher})", flush=True)
     import keras
     import tensorflow as tf
 

@@ -50,12 +50,16 @@ check_knobs() {
 
 need_root() { [ "$(id -u)" -eq 0 ] || die "must run as root (it starts munged/slurmctld/slurmd and edits /etc/hosts)"; }
 
+# running PID -> 0 if PID exists and is not a zombie (a dead daemon stays a zombie until
+# init reaps it, which can take a while in containers)
+running() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+
 # alive PIDFILE COMM -> 0 if the pid file names a live process with that command name
 alive() {
   local pf="$1" comm="$2" pid
   [ -s "$pf" ] || return 1
   pid="$(cat "$pf" 2>/dev/null)" || return 1
-  [[ "$pid" =~ ^[0-9]+$ ]] && [ -r "/proc/$pid/comm" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ]
+  [[ "$pid" =~ ^[0-9]+$ ]] && running "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ]
 }
 
 # count_nodes REGEX -> number of our nodes whose sinfo state matches REGEX
@@ -68,27 +72,78 @@ all_idle() { [ "$(count_nodes 'idle')" -eq "$NODES" ]; }
 all_up() { [ "$(count_nodes 'idle|mix|alloc|comp')" -eq "$NODES" ]; }
 is_up() { [ -f "$CONF" ] && alive "$D/run/slurmctld.pid" slurmctld && all_up; }
 
-# stop_pid PIDFILE COMM: SIGTERM (then SIGKILL after 10 s) the pid if it is ours
-stop_pid() {
-  local pf="$1" comm="$2" pid
-  [ -e "$pf" ] || return 0
-  if alive "$pf" "$comm"; then
-    pid="$(cat "$pf")"
-    log "stopping $comm (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do [ -e "/proc/$pid" ] || break; sleep 0.1; done
-    if [ -e "/proc/$pid" ]; then log "$comm $pid still alive after 10s, SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
-  fi
-  rm -f "$pf"
+# stop_pids COMM PIDFILE...: SIGTERM every pid file's process that is alive and named COMM,
+# wait for all of them together, SIGKILL what is left after 10 s
+stop_pids() {
+  local comm="$1" pf pid pids=()
+  shift
+  for pf in "$@"; do
+    if alive "$pf" "$comm"; then
+      pid="$(cat "$pf")"
+      log "stopping $comm (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+    rm -f "$pf"
+  done
+  local left
+  for _ in $(seq 1 100); do
+    left=0
+    for pid in ${pids[@]+"${pids[@]}"}; do running "$pid" && left=1; done
+    [ "$left" -eq 0 ] && return 0
+    sleep 0.1
+  done
+  for pid in ${pids[@]+"${pids[@]}"}; do
+    if running "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ]; then
+      log "$comm $pid still alive after 10s, SIGKILL"; kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
+# cancel_jobs: cancel every job still in our cluster and wait (<= 20 s) until none runs,
+# so no job steps outlive the daemons
+cancel_jobs() {
+  local ids=()
+  alive "$D/run/slurmctld.pid" slurmctld || return 0
+  mapfile -t ids < <(timeout 5 squeue -h -o %i 2>/dev/null || true)
+  [ "${#ids[@]}" -gt 0 ] || return 0
+  log "cancelling ${#ids[@]} job(s) still in the cluster"
+  timeout 10 scancel "${ids[@]}" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    [ -z "$(timeout 5 squeue -h -t RUNNING,COMPLETING,SUSPENDED,CONFIGURING -o %i 2>/dev/null)" ] && return 0
+    sleep 0.2
+  done
+}
+
+# kill_orphan_steps: SIGKILL slurmstepd processes of our nodes (they hold our slurmd log
+# open) and all their descendants, e.g. left over when the daemons died with jobs running
+kill_orphan_steps() {
+  local p pid fd victims=() queue=() child
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] || continue
+    for fd in "$p"/fd/*; do
+      if [[ "$(readlink "$fd" 2>/dev/null)" == "$D/log/"* ]]; then queue+=("${p#/proc/}"); break; fi
+    done
+  done
+  while [ "${#queue[@]}" -gt 0 ]; do
+    pid="${queue[0]}"; queue=("${queue[@]:1}"); victims+=("$pid")
+    for child in $(ps -o pid= --ppid "$pid" 2>/dev/null); do queue+=("$child"); done
+  done
+  [ "${#victims[@]}" -gt 0 ] || return 0
+  log "killing ${#victims[@]} leftover job-step process(es): ${victims[*]}"
+  kill -KILL "${victims[@]}" 2>/dev/null || true
 }
 
 stop_all() {
-  local pf
+  local pfs=()
+  cancel_jobs
   shopt -s nullglob
-  for pf in "$D"/run/slurmd-*.pid; do stop_pid "$pf" slurmd; done   # nodes first, then controller
+  pfs=("$D"/run/slurmd-*.pid)
   shopt -u nullglob
-  stop_pid "$D/run/slurmctld.pid" slurmctld
-  stop_pid "$D/run/munged.pid" munged
+  stop_pids slurmd ${pfs[@]+"${pfs[@]}"}   # nodes first, then controller, then munge
+  stop_pids slurmctld "$D/run/slurmctld.pid"
+  stop_pids munged "$D/run/munged.pid"
+  kill_orphan_steps
   # what we added outside $D (only if it is still ours)
   if [ -e "$D/run/etc-link-created" ]; then
     if [ -L "$ETC_LINK" ] && [ "$(readlink "$ETC_LINK")" = "$CONF" ]; then rm -f "$ETC_LINK"; fi
@@ -109,12 +164,15 @@ install_packages() {
   done
   [ "$missing" -eq 0 ] && return 0
   log "installing slurmctld slurmd slurm-client munge"
-  local t0=$SECONDS
+  local t0=$SECONDS apt_log="$D/apt.log"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2 || die "apt-get update failed; cannot install the Slurm packages"
-  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >&2 ||
-    die "apt-get install slurmctld slurmd slurm-client munge failed"
-  # the packages may enable system services; we never use them (own munged + config)
+  if ! apt-get update -qq > "$apt_log" 2>&1; then
+    tail -n 5 "$apt_log" >&2; die "apt-get update failed; cannot install the Slurm packages (log: $apt_log)"
+  fi
+  if ! apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >> "$apt_log" 2>&1; then
+    tail -n 5 "$apt_log" >&2; die "apt-get install slurmctld slurmd slurm-client munge failed (log: $apt_log)"
+  fi
+  # (on a systemd host the packages also enable their own services; we never use them)
   log "packages installed in $((SECONDS - t0))s"
   for c in slurmctld slurmd sinfo srun sbatch scontrol munged munge unmunge; do
     command -v "$c" >/dev/null 2>&1 || die "'$c' still missing after installing packages"

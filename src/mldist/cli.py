@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .errors import MldistError
@@ -65,7 +65,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mldist",
         description="Data-parallel TensorFlow/Keras on workstations and HPC clusters.",
-        epilog="example:\n  mldist run -n 2 -- python train.py\n  mldist env --json",
+        epilog="example:\n  mldist run -n 2 -- python train.py\n  mldist submit --nodes 2 -- python train.py",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     from . import __version__
@@ -112,6 +112,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     env.add_argument("--json", action="store_true", help="print JSON")
     env.add_argument("--no-tensorflow", action="store_true", help="skip the GPU query (no TF import)")
+    from .cli_jobs import add_commands
+
+    _COMMANDS.update(add_commands(sub, argparse.RawDescriptionHelpFormatter))
     return parser
 
 
@@ -147,7 +150,7 @@ class _UsageError(Exception):
         super().__init__(f"mldist {command}: error: {message}")
 
 
-_COMMANDS = {"run": _cmd_run, "env": _cmd_env}
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"run": _cmd_run, "env": _cmd_env}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

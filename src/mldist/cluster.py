@@ -58,9 +58,7 @@ class ClusterSpec:
 
     def tf_config(self) -> str:
         """The TF_CONFIG JSON that MultiWorkerMirroredStrategy reads."""
-        return json.dumps(
-            {"cluster": {"worker": list(self.workers)}, "task": {"type": "worker", "index": self.rank}}
-        )
+        return json.dumps({"cluster": {"worker": list(self.workers)}, "task": {"type": "worker", "index": self.rank}})
 
 
 def port_base(env: Mapping[str, str]) -> int:

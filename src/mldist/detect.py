@@ -256,8 +256,7 @@ def _from_tf_config(raw: str) -> Placement:
         ) from None
     if task.get("type", "worker") != "worker" or not 0 <= rank < len(workers):
         raise DetectionError(
-            f"TF_CONFIG task {task!r} is not one of the {len(workers)} workers; "
-            "mldist supports worker-only clusters"
+            f"TF_CONFIG task {task!r} is not one of the {len(workers)} workers; mldist supports worker-only clusters"
         )
     hosts = tuple(dict.fromkeys(w.rsplit(":", 1)[0] for w in workers))
     nodes = tuple(hosts.index(w.rsplit(":", 1)[0]) for w in workers)
@@ -280,8 +279,7 @@ def _apply(rule: LauncherRule, env: Env) -> Placement:
     if rule.fields and "size" not in got:
         names = " or ".join(rule.fields["size"])
         raise DetectionError(
-            f"{rule.doc} detected ({rule.marker} is set) but the world size is unknown: "
-            f"set {names}, or MLDIST_SIZE"
+            f"{rule.doc} detected ({rule.marker} is set) but the world size is unknown: set {names}, or MLDIST_SIZE"
         )
     extra = rule.extra(env, got) if rule.extra else {}
     values: dict[str, object] = {**got, **extra}
@@ -295,13 +293,9 @@ def _validate(p: Placement) -> None:
     if p.size < 1 or not 0 <= p.rank < p.size:
         raise DetectionError(f"{p.launcher}: rank {p.rank} is outside a world of size {p.size}")
     if p.local_size < 1 or not 0 <= p.local_rank < p.local_size:
-        raise DetectionError(
-            f"{p.launcher}: local rank {p.local_rank} is outside a node of {p.local_size} processes"
-        )
+        raise DetectionError(f"{p.launcher}: local rank {p.local_rank} is outside a node of {p.local_size} processes")
     if p.workers is not None and len(p.workers) != p.size:
-        raise DetectionError(
-            f"{p.launcher}: {len(p.workers)} worker addresses given for a world of size {p.size}"
-        )
+        raise DetectionError(f"{p.launcher}: {len(p.workers)} worker addresses given for a world of size {p.size}")
 
 
 def detect(env: Env) -> Placement:

@@ -75,9 +75,7 @@ class DistributedGradientTape:
         grads = mldist.DistributedGradientTape(tape).gradient(loss, variables)
     """
 
-    def __init__(
-        self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None
-    ) -> None:
+    def __init__(self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None) -> None:
         self._tape = tape
         self._bucket_bytes = bucket_bytes
         self._compression = compression

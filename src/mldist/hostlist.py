@@ -60,9 +60,7 @@ def _expand_one(name: str, source: str) -> list[str]:
     if not m:
         return [name]
     head, tail = name[: m.start()], name[m.end() :]
-    return [
-        host for num in _expand_ranges(m.group(1), source) for host in _expand_one(head + num + tail, source)
-    ]
+    return [host for num in _expand_ranges(m.group(1), source) for host in _expand_one(head + num + tail, source)]
 
 
 def expand_hostlist(text: str) -> list[str]:

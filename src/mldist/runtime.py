@@ -98,11 +98,9 @@ def _apply_threads(tf: Any, plan: ThreadPlan) -> None:
 
 def _pin_gpu(tf: Any, spec: ClusterSpec) -> int | None:
     gpus = tf.config.list_physical_devices("GPU")
-    if spec.local_size == 1 and len(gpus) > 1:
-        # One process per node keeps all its GPUs (MirroredStrategy uses them).
-        chosen = None
-    else:
-        chosen = choose_gpu(len(gpus), spec.local_rank, spec.local_size)
+    # One process per node keeps all its GPUs (MirroredStrategy uses them).
+    keep_all = spec.local_size == 1 and len(gpus) > 1
+    chosen = None if keep_all else choose_gpu(len(gpus), spec.local_rank, spec.local_size)
     try:
         if chosen is not None:
             tf.config.set_visible_devices([gpus[chosen]], "GPU")

@@ -1,0 +1,218 @@
+"""CLI commands for batch jobs: submit, status, cancel, logs.
+
+Example:
+    $ mldist submit --nodes 2 --time 1:00:00 --venv .venv -- python train.py
+    $ mldist logs 4242 --rank 0 --follow
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .jobs.records import cancel, follow, job_status, list_records, load_record, submit
+from .jobs.render import render
+from .jobs.scheduler import detect_scheduler
+from .jobs.sites import site_profile
+from .jobs.spec import SCHEDULERS, JobSpec
+
+Handler = Callable[[argparse.Namespace], int]
+
+SUBMIT_EXAMPLE = """\
+example:
+  mldist submit --nodes 2 --time 2:00:00 --venv .venv -- python train.py --epochs 10
+  mldist submit --site polaris --nodes 4 --queue debug --account MYPROJ --dry-run -- python train.py
+  mldist submit --requeue --time 4:00:00 --module tensorflow/2.21 -- python train.py
+
+The script starts one process per task (srun, mpiexec or aprun), records the
+software environment in the output directory and writes one rank-R.log per rank.
+With --requeue, the workers get SIGUSR1 --grace seconds before the time limit;
+if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cobalt)."""
+
+
+def _env_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def add_commands(sub: Any, formatter: type[argparse.HelpFormatter]) -> dict[str, Handler]:
+    """Register the job commands on ``sub``; returns their handlers."""
+    p = sub.add_parser(
+        "submit",
+        help="write, submit and record a batch job (Slurm, PBS Pro, Cobalt)",
+        description="Render a batch script for COMMAND, submit it, print the job id and log directory.",
+        epilog=SUBMIT_EXAMPLE,
+        formatter_class=formatter,
+    )
+    p.add_argument("--scheduler", choices=SCHEDULERS, help="default: the site's, else detected")
+    p.add_argument("--site", help="a site profile (built-in, ~/.config/mldist/sites.toml, ./mldist-sites.toml)")
+    for flag, kind, text in (
+        ("--nodes", _count, "nodes (default 1)"),
+        ("--tasks-per-node", _count, "tasks per node (default: one per GPU, else 1)"),
+        ("--gpus-per-node", _count, "GPUs per node"),
+        ("--cpus-per-task", _count, "CPUs per task (threads per rank)"),
+        ("--hyperthreads", _count, "aprun -j (Cobalt)"),
+        ("--grace", _count, "seconds between the requeue signal and the time limit (default 90)"),
+    ):
+        p.add_argument(flag, type=kind, help=text)
+    for flag, text in (
+        ("--mem", "memory per node, e.g. 64G"),
+        ("--time", "time limit: M, H:MM:SS or D-HH:MM:SS"),
+        ("--dependency", "e.g. afterok:4242"),
+        ("--array", "e.g. 0-9"),
+        ("--account", "project to charge"),
+        ("--constraint", "node features (Slurm), --attrs (Cobalt)"),
+        ("--venv", "activate this virtual environment"),
+        ("--conda", "activate this conda environment"),
+        ("--container", "run every task in this Apptainer image"),
+        ("--job-name", "job name (default mldist)"),
+        ("--output-dir", "script, logs and environment record (default mldist-jobs/NAME-TIME)"),
+    ):
+        p.add_argument(flag, help=text)
+    p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
+    p.add_argument("--module", action="append", dest="modules", help="module to load after 'module purge'")
+    p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
+    p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
+    p.add_argument("--directive", action="append", dest="directives", help="raw extra directive (repeatable)")
+    p.add_argument("--requeue", action="store_true", default=None, help="save and requeue before the limit")
+    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+
+    s = sub.add_parser(
+        "status",
+        help="state of a job, or of all jobs submitted with mldist",
+        epilog="example:\n  mldist status 4242\n  mldist status",
+        formatter_class=formatter,
+    )
+    s.add_argument("job", nargs="?", help="job id (default: every recorded job)")
+    c = sub.add_parser(
+        "cancel", help="cancel a job", epilog="example:\n  mldist cancel 4242", formatter_class=formatter
+    )
+    c.add_argument("job", help="job id")
+    lg = sub.add_parser(
+        "logs",
+        help="print a job's batch log or one rank's log",
+        epilog="example:\n  mldist logs 4242 --rank 1 --follow",
+        formatter_class=formatter,
+    )
+    lg.add_argument("job", help="job id")
+    lg.add_argument("--rank", type=_count, help="this rank's log instead of the batch log")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    return {"submit": _cmd_submit, "status": _cmd_status, "cancel": _cmd_cancel, "logs": _cmd_logs}
+
+
+def _probe(argv: list[str]) -> str:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout + res.stderr
+
+
+_LISTS = ("modules", "binds", "directives")
+
+
+def build_spec(args: argparse.Namespace, command: list[str], now: float | None = None) -> JobSpec:
+    """The JobSpec from CLI options over a site profile over defaults."""
+    opts: dict[str, Any] = dict(site_profile(args.site)) if args.site else {}
+    env = dict(opts.pop("env", {}))
+    for key in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "mem"):
+        if getattr(args, key) is not None:
+            opts[key] = getattr(args, key)
+    for key in ("time", "dependency", "array", "account", "constraint", "queue", "job_name", "requeue"):
+        if getattr(args, key) is not None:
+            opts[key] = getattr(args, key)
+    for key in _LISTS:
+        opts[key] = tuple(opts.get(key, ())) + tuple(getattr(args, key) or ())
+    env.update(dict(args.env or ()))
+    opts["env"] = tuple(env.items())
+    opts["unset"] = tuple(opts.get("unset", ()))
+    opts["scheduler"] = args.scheduler or opts.get("scheduler") or detect_scheduler(shutil.which, _probe)
+    for key in ("venv", "container"):
+        value = getattr(args, key)
+        if value is not None:
+            opts[key] = str(Path(value).expanduser().absolute()) if "://" not in value else value
+    if args.conda is not None:
+        opts["conda"] = args.conda
+    if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
+        raise ConfigError(f"--venv {opts['venv']!r} has no bin/activate; create it or fix the path")
+    name = opts.get("job_name", "mldist")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    out = args.output_dir or f"mldist-jobs/{name}-{stamp}"
+    opts["output_dir"] = str(Path(out).expanduser().absolute())
+    return JobSpec(command=tuple(command), **opts)
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ConfigError("missing COMMAND, e.g. mldist submit --nodes 2 -- python train.py")
+    spec = build_spec(args, cmd)
+    if args.dry_run:
+        sys.stdout.write(render(spec))
+        return 0
+    record = submit(spec)
+    print(f"submitted job {record.job_id} ({record.scheduler})")
+    print(f"logs: {record.output_dir}  (mldist logs {record.job_id} [--rank R] [--follow])")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    records = [load_record(args.job)] if args.job else list_records()[-20:]
+    if not records:
+        print("no jobs submitted with mldist yet")
+    for record in records:
+        try:
+            st = job_status(record)
+            code = "" if st.exit_code is None else f" exit {st.exit_code}"
+            extra = f" restarts {st.restarts}" if st.restarts else ""
+            print(f"{record.job_id:>14}  {st.state:<12}{code}{extra}  {record.output_dir}")
+        except ConfigError as exc:
+            if args.job:
+                raise
+            print(f"{record.job_id:>14}  {'UNKNOWN':<12}  {exc}")
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    cancel(load_record(args.job))
+    print(f"cancelled job {args.job}")
+    return 0
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    record = load_record(args.job)
+    path = record.log_path(args.rank)
+    if args.follow:
+
+        def finished() -> bool:
+            try:
+                return job_status(record).final
+            except ConfigError:
+                return True
+
+        follow(path, finished)
+        return 0
+    if not path.exists():
+        what = f"rank {args.rank}" if args.rank is not None else "the batch script"
+        raise ConfigError(f"no log yet for {what} of job {args.job} ({path}); it may still be pending")
+    sys.stdout.write(path.read_text(encoding="utf-8", errors="replace"))
+    return 0

@@ -1,0 +1,178 @@
+"""Submitting jobs and remembering them: the side effects of ``mldist submit``.
+
+Each submitted job keeps ``job.sh`` and ``job.json`` in its output directory,
+and an index entry under ``$MLDIST_STATE_DIR`` (default
+``~/.local/state/mldist``) so ``status``, ``cancel`` and ``logs`` find it by id.
+
+Example::
+
+    record = submit(spec)
+    print(record.job_id, record.output_dir)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from ..errors import ConfigError, LaunchError
+from .render import render
+from .scheduler import JobStatus, cancel_argv, parse_job_id, parse_status, status_argv, submit_argv
+from .spec import JobSpec
+
+#: Batch-script log of each scheduler, relative to the output directory.
+BATCH_LOG = {"slurm": "job-{id}.out", "pbs": "job.out", "cobalt": "job.output"}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What mldist remembers about a submitted job."""
+
+    job_id: str
+    scheduler: str
+    output_dir: str
+    script: str
+    submitted_at: float
+    command: tuple[str, ...]
+
+    def log_path(self, rank: int | None = None) -> Path:
+        """The batch log, or rank ``rank``'s log."""
+        name = f"rank-{rank}.log" if rank is not None else BATCH_LOG[self.scheduler].format(id=self.job_id)
+        return Path(self.output_dir) / name
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where the job index lives."""
+    env = os.environ if env is None else env
+    if env.get("MLDIST_STATE_DIR"):
+        return Path(env["MLDIST_STATE_DIR"])
+    base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
+    return Path(base) / "mldist"
+
+
+def _atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _index_path(job_id: str, env: Mapping[str, str] | None) -> Path:
+    return state_dir(env) / "jobs" / (re.sub(r"[^A-Za-z0-9_.-]", "_", job_id) + ".json")
+
+
+def run_command(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a scheduler command; a missing program is a ConfigError naming it."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ConfigError(f"{argv[0]!r} is not on PATH: is this a login node of the cluster?") from None
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"{' '.join(argv)} did not answer within {timeout:g} s") from None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
+    """Write the script into the output directory, submit it and record the job."""
+    out = Path(spec.output_dir)
+    script = out / "job.sh"
+    _atomic_write(script, render(spec), 0o755)
+    argv = submit_argv(spec.scheduler, str(script))
+    res = run_command(argv)
+    if res.returncode != 0:
+        raise LaunchError(f"{argv[0]} refused the job: {_last_line(res.stderr or res.stdout)}")
+    record = JobRecord(
+        parse_job_id(spec.scheduler, res.stdout),
+        spec.scheduler,
+        str(out),
+        str(script),
+        time.time(),
+        spec.command,
+    )
+    text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
+    _atomic_write(out / "job.json", text)
+    _atomic_write(_index_path(record.job_id, env), text)
+    return record
+
+
+def load_record(job_id: str, env: Mapping[str, str] | None = None) -> JobRecord:
+    """The record of a job this user submitted with mldist."""
+    path = _index_path(job_id, env)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no job {job_id!r} was submitted with mldist here (see 'mldist status')") from None
+    except ValueError:
+        raise ConfigError(f"the record {path} is damaged; remove it") from None
+    data["command"] = tuple(data["command"])
+    return JobRecord(**data)
+
+
+def list_records(env: Mapping[str, str] | None = None) -> list[JobRecord]:
+    """All recorded jobs, oldest first."""
+    folder = state_dir(env) / "jobs"
+    records = []
+    for path in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            records.append(load_record(path.stem, env))
+        except ConfigError:
+            continue
+    return sorted(records, key=lambda r: r.submitted_at)
+
+
+def job_status(record: JobRecord) -> JobStatus:
+    """Ask the scheduler for a job's state."""
+    res = run_command(status_argv(record.scheduler, record.job_id))
+    return parse_status(record.scheduler, record.job_id, res.stdout if res.returncode == 0 else "")
+
+
+def cancel(record: JobRecord) -> None:
+    """Cancel a job."""
+    argv = cancel_argv(record.scheduler, record.job_id)
+    res = run_command(argv)
+    if res.returncode != 0:
+        raise LaunchError(f"{argv[0]} {record.job_id} failed: {_last_line(res.stderr or res.stdout)}")
+
+
+def follow(
+    path: Path,
+    finished: Callable[[], bool],
+    out: IO[str] = sys.stdout,
+    poll: float = 0.5,
+    check_every: float = 2.0,
+) -> None:
+    """Print ``path`` as it grows until ``finished()`` and no more text arrives."""
+    position, last_check, done = 0, 0.0, False
+    while True:
+        if path.exists():
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(position)
+                chunk = fh.read()
+                position = fh.tell()
+            if chunk:
+                out.write(chunk)
+                out.flush()
+                continue
+        if done:
+            return
+        now = time.monotonic()
+        if now - last_check >= check_every:
+            done, last_check = finished(), now
+        time.sleep(poll)

@@ -1,0 +1,163 @@
+"""Site profiles: a machine's scheduler, geometry and environment, in TOML.
+
+Profiles come from, in increasing priority: the built-in ones below (from
+centre documentation; verify against your site), ``~/.config/mldist/sites.toml``
+and ``./mldist-sites.toml``. Command-line options override a profile.
+
+Example file::
+
+    [sites.mycluster]
+    scheduler = "slurm"
+    queue = "gpu"
+    gpus_per_node = 4
+    modules = ["cuda/12.4", "python/3.11"]
+    unset = ["http_proxy", "https_proxy"]
+    [sites.mycluster.env]
+    NCCL_SOCKET_IFNAME = "ib0"
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .spec import spec_fields
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+_LIBFABRIC = {
+    "FI_CXI_DISABLE_HOST_REGISTER": "1",
+    "FI_MR_CACHE_MONITOR": "userfaultfd",
+    "FI_CXI_DEFAULT_CQ_SIZE": "131072",
+}
+
+#: Built-in profiles, from ../shared/notes/site-settings.md (centre documentation 2024-2026).
+BUILTIN: dict[str, dict[str, Any]] = {
+    "polaris": {
+        "scheduler": "pbs",
+        "gpus_per_node": 4,
+        "tasks_per_node": 4,
+        "cpus_per_task": 8,
+        "directives": ["-l filesystems=home:eagle"],
+        "env": {
+            "NCCL_NET_GDR_LEVEL": "PHB",
+            "NCCL_CROSS_NIC": "1",
+            "NCCL_COLLNET_ENABLE": "1",
+            "NCCL_NET": "AWS Libfabric",
+            "TMPDIR": "/tmp",
+            **_LIBFABRIC,
+        },
+    },
+    "aurora": {
+        "scheduler": "pbs",
+        "env": {
+            "CCL_PROCESS_LAUNCHER": "pmix",
+            "CCL_ATL_TRANSPORT": "mpi",
+            "CCL_KVS_MODE": "mpi",
+            "FI_MR_CACHE_MONITOR": "userfaultfd",
+        },
+    },
+    "alps": {
+        "scheduler": "slurm",
+        "gpus_per_node": 4,
+        "tasks_per_node": 4,
+        "env": {
+            "NCCL_NET": "AWS Libfabric",
+            "NCCL_NET_GDR_LEVEL": "PHB",
+            "NCCL_CROSS_NIC": "1",
+            "NCCL_PROTO": "^LL128",
+            "FI_CXI_DEFAULT_TX_SIZE": "16384",
+            "FI_CXI_RX_MATCH_MODE": "software",
+            **_LIBFABRIC,
+        },
+    },
+    "frontier": {
+        "scheduler": "slurm",
+        "gpus_per_node": 8,
+        "tasks_per_node": 8,
+        "cpus_per_task": 7,
+        "env": {"NCCL_SOCKET_IFNAME": "hsn0,hsn1,hsn2,hsn3", "MIOPEN_USER_DB_PATH": "/tmp/miopen-cache"},
+    },
+    "perlmutter": {
+        "scheduler": "slurm",
+        "gpus_per_node": 4,
+        "tasks_per_node": 4,
+        "constraint": "gpu",
+        "env": {"FI_MR_CACHE_MONITOR": "userfaultfd"},
+    },
+    "saga": {
+        "scheduler": "slurm",
+        "queue": "accel",
+        "env": {"OMPI_MCA_btl": "^openib", "OMPI_MCA_pml": "ob1"},
+    },
+    "theta": {
+        "scheduler": "cobalt",
+        "tasks_per_node": 1,
+        "cpus_per_task": 64,
+        "hyperthreads": 2,
+        "constraint": "mcdram=cache:numa=quad",
+        "env": {"KMP_BLOCKTIME": "0", "KMP_AFFINITY": "granularity=fine,compact,1,0"},
+    },
+    "apptainer-slurm": {
+        "scheduler": "slurm",
+        "unset": ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"],
+    },
+}
+
+_KEYS = set(spec_fields())
+
+
+def site_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
+    """The profile files looked at, lowest priority first."""
+    config = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "~")).expanduser() / ".config")
+    return [config / "mldist" / "sites.toml", cwd / "mldist-sites.toml"]
+
+
+def _check_profile(name: str, profile: Mapping[str, Any], source: str) -> dict[str, Any]:
+    unknown = sorted(set(profile) - _KEYS)
+    if unknown:
+        raise ConfigError(
+            f"site {name!r} in {source}: unknown option {unknown[0]!r}; known: {', '.join(sorted(_KEYS))}"
+        )
+    env = profile.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"site {name!r} in {source}: env must be a table of strings")
+    return dict(profile)
+
+
+def load_sites(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> dict[str, dict[str, Any]]:
+    """All profiles by name: built-in, then user file, then project file.
+
+    Example:
+        >>> load_sites({"HOME": "/nonexistent"}, Path("/nonexistent"))["polaris"]["scheduler"]
+        'pbs'
+    """
+    env = os.environ if env is None else env
+    sites = {name: dict(p) for name, p in BUILTIN.items()}
+    for path in site_files(env, cwd or Path.cwd()):
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"site file {path} cannot be read: {exc}") from None
+        for name, profile in data.get("sites", {}).items():
+            if not isinstance(profile, dict):
+                raise ConfigError(f"site file {path}: [sites.{name}] must be a table")
+            sites[name] = _check_profile(name, profile, str(path))
+    return sites
+
+
+def site_profile(name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:
+    """One profile by name, or a ConfigError listing the known names."""
+    sites = load_sites(env, cwd)
+    if name not in sites:
+        raise ConfigError(f"--site {name!r} is not defined; known sites: {', '.join(sorted(sites))}")
+    return sites[name]

@@ -1,0 +1,206 @@
+"""What a batch job asks for: one validated, frozen ``JobSpec``.
+
+Values that end up in scheduler directives (``#SBATCH``, ``#PBS``, ``#COBALT``)
+are checked against strict patterns: directives are parsed by the scheduler,
+not by a shell, so quoting cannot make every character safe there. Values
+that end up in the script body are quoted with ``shlex`` and may hold anything
+but a NUL byte.
+
+Example:
+    >>> spec = JobSpec(command=("python", "train.py"), nodes=2, time="1:30:00")
+    >>> spec.total_tasks, spec.time_seconds
+    (2, 5400)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+from ..errors import ConfigError
+
+SCHEDULERS = ("slurm", "pbs", "cobalt")
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+_WORD = re.compile(r"^[A-Za-z0-9_.:,+=@/-]+$")
+_MEM = re.compile(r"^\d+[KMGT]?B?$", re.IGNORECASE)
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def parse_time(text: str) -> int:
+    """Seconds in a Slurm-style time: ``M``, ``H:MM:SS`` or ``D-HH:MM:SS``.
+
+    Example:
+        >>> parse_time("90"), parse_time("1:00:00"), parse_time("1-00:00:00")
+        (5400, 3600, 86400)
+    """
+    m = _TIME.match(text.strip())
+    if not m:
+        raise ConfigError(f"--time {text!r} is not M, H:MM:SS or D-HH:MM:SS (e.g. 2:00:00)")
+    days, a, b, c = (int(g) if g else None for g in m.groups())
+    if days is not None and b is None:  # D-H
+        seconds = a * 3600  # type: ignore[operator]
+    elif b is None:  # minutes
+        seconds = a * 60  # type: ignore[operator]
+    elif c is None:  # H:M in D-H:M, else M:S
+        seconds = a * 3600 + b * 60 if days is not None else a * 60 + b  # type: ignore[operator]
+    else:
+        seconds = a * 3600 + b * 60 + c  # type: ignore[operator]
+    seconds += (days or 0) * 86400
+    if seconds <= 0:
+        raise ConfigError(f"--time {text!r} must be longer than zero")
+    return seconds
+
+
+def hms(seconds: int) -> str:
+    """``H:MM:SS`` for a number of seconds.
+
+    Example:
+        >>> hms(5400)
+        '1:30:00'
+    """
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A batch job, scheduler-independent.
+
+    Args:
+        command: argv of each task.
+        scheduler: "slurm", "pbs" or "cobalt".
+        nodes, tasks_per_node, gpus_per_node, cpus_per_task: geometry
+            (``tasks_per_node`` defaults to one per GPU, else 1).
+        mem, time, dependency, array, account, queue, job_name, constraint:
+            scheduler options (``queue`` is Slurm's partition).
+        output_dir: where the script, logs and environment record go.
+        directives: raw extra directive lines' arguments (e.g. ``--exclusive``).
+        modules, venv, conda, container, env, unset: the software environment.
+        binds: extra directories bound into the container.
+        requeue: signal before the time limit and requeue on exit code 75.
+        grace: seconds between that signal and the time limit.
+        hyperthreads: aprun ``-j`` (Cobalt).
+    """
+
+    command: tuple[str, ...]
+    scheduler: str = "slurm"
+    nodes: int = 1
+    tasks_per_node: int | None = None
+    gpus_per_node: int = 0
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    time: str | None = None
+    dependency: str | None = None
+    array: str | None = None
+    account: str | None = None
+    queue: str | None = None
+    job_name: str = "mldist"
+    output_dir: str = "mldist-jobs"
+    constraint: str | None = None
+    directives: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    venv: str | None = None
+    conda: str | None = None
+    container: str | None = None
+    binds: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    unset: tuple[str, ...] = ()
+    requeue: bool = False
+    grace: int = 90
+    hyperthreads: int = 1
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @property
+    def tasks(self) -> int:
+        """Tasks per node after the GPU default."""
+        if self.tasks_per_node is not None:
+            return self.tasks_per_node
+        return self.gpus_per_node or 1
+
+    @property
+    def total_tasks(self) -> int:
+        """Tasks in the whole job."""
+        return self.nodes * self.tasks
+
+    @property
+    def time_seconds(self) -> int | None:
+        """The time limit in seconds, if one was given."""
+        return parse_time(self.time) if self.time else None
+
+
+def _check(value: str | None, pattern: re.Pattern[str], what: str, hint: str) -> None:
+    if value is not None and not pattern.match(value):
+        raise ConfigError(f"{what} {value!r} is refused: {hint}")
+
+
+def _directive_path(path: str, scheduler: str) -> None:
+    bad = ['"', "\\", "%", "\n", "\r", "\0"] + ([" ", "\t", "#", "'"] if scheduler != "slurm" else [])
+    found = [c for c in bad if c in path]
+    if found:
+        raise ConfigError(
+            f"--output-dir {path!r} has {found[0]!r}, which {scheduler} directives cannot carry; choose a plainer path"
+        )
+
+
+def _validate(s: JobSpec) -> None:
+    if s.scheduler not in SCHEDULERS:
+        raise ConfigError(f"--scheduler {s.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+    if not s.command:
+        raise ConfigError("no command given: mldist submit -- python train.py")
+    for name, value in (
+        ("--nodes", s.nodes),
+        ("--tasks-per-node", s.tasks),
+        ("--hyperthreads", s.hyperthreads),
+    ):
+        if value < 1:
+            raise ConfigError(f"{name} {value} must be at least 1")
+    for name, opt in (("--gpus-per-node", s.gpus_per_node), ("--grace", s.grace)):
+        if opt < 0:
+            raise ConfigError(f"{name} {opt} cannot be negative")
+    if s.cpus_per_task is not None and s.cpus_per_task < 1:
+        raise ConfigError(f"--cpus-per-task {s.cpus_per_task} must be at least 1")
+    if not _NAME.match(s.job_name):
+        raise ConfigError(
+            f"--job-name {s.job_name!r} is refused: use a letter, then letters, digits, '_', '.', '-' (max 64)"
+        )
+    plain = "use letters, digits and _.:,+=@/- only"
+    for what, word in (
+        ("--account", s.account),
+        ("--queue", s.queue),
+        ("--constraint", s.constraint),
+        ("--dependency", s.dependency),
+        ("--array", s.array),
+    ):
+        _check(word, _WORD, what, plain)
+    _check(s.mem, _MEM, "--mem", "give a size like 32G or 4000M")
+    if s.time is not None:
+        parse_time(s.time)
+    for d in s.directives:
+        if any(c in d for c in "\n\r\0"):
+            raise ConfigError(f"--directive {d!r} is refused: directives are one line each")
+    _directive_path(s.output_dir, s.scheduler)
+    for key, _ in s.env:
+        if not _ENV_KEY.match(key):
+            raise ConfigError(f"--env {key!r} is not a variable name (letters, digits, _)")
+    for key in s.unset:
+        if not _ENV_KEY.match(key):
+            raise ConfigError(f"unset {key!r} is not a variable name")
+    if s.venv and s.conda:
+        raise ConfigError("--venv and --conda exclude each other; pick one")
+    texts = [*s.command, *s.modules, *s.binds, *(v for _, v in s.env)]
+    texts += [t for t in (s.venv, s.conda, s.container) if t]
+    for text in texts:
+        if "\0" in text:
+            raise ConfigError(f"{text!r} contains a NUL byte, which no shell can pass on")
+    if s.requeue and s.time is None:
+        raise ConfigError("--requeue needs --time: the signal is sent --grace seconds before the limit")
+    if s.requeue and s.time_seconds is not None and s.grace >= s.time_seconds:
+        raise ConfigError(f"--grace {s.grace} s is not shorter than --time {s.time}")
+
+
+def spec_fields() -> list[str]:
+    """Names of the options a site profile may set."""
+    return [f.name for f in fields(JobSpec) if f.name != "command"]
