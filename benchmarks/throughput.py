@@ -88,9 +88,7 @@ def main() -> None:
     print()
     print(f"step time, 1 worker x 1 thread:             {step_1:6.2f} ms")
     print(f"step time, 2 workers x 1 thread:            {step_2:6.2f} ms  (+{step_2 - step_1:.2f} ms)")
-    print(
-        f"allreduce of the {ar['gradient_bytes'] / 1e6:.2f} MB gradient alone:   {ar['allreduce_ms']:6.2f} ms"
-    )
+    print(f"allreduce of the {ar['gradient_bytes'] / 1e6:.2f} MB gradient alone:   {ar['allreduce_ms']:6.2f} ms")
     print(f"allreduce of 4 KB alone (fixed latency):    {ar['tiny_allreduce_ms']:6.2f} ms")
     summary = {"medians_images_per_second_per_worker": med, "ratio_1worker": overhead, "weak_scaling": weak}
     print(json.dumps(summary | {"allreduce": ar, "step_ms_1x1": step_1, "step_ms_2x1": step_2}))

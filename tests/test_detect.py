@@ -29,9 +29,7 @@ def test_fixtures_cover_every_launcher() -> None:
     assert {"slurm", "openmpi", "mpich", "pals", "aprun", "pbs"} <= launchers
 
 
-@pytest.mark.parametrize(
-    "name, index, data, task", _cases(), ids=lambda v: v if isinstance(v, str | int) else ""
-)
+@pytest.mark.parametrize("name, index, data, task", _cases(), ids=lambda v: v if isinstance(v, str | int) else "")
 def test_captured_environment(
     name: str, index: int, data: dict[str, Any], task: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -106,9 +104,7 @@ def test_tasks_per_node() -> None:
         expand_tasks_per_node("3(2)")
 
 
-def _slurm(
-    rank: int, node: int, local: int, ntasks: int, nodes: str, tpn: str, **extra: str
-) -> dict[str, str]:
+def _slurm(rank: int, node: int, local: int, ntasks: int, nodes: str, tpn: str, **extra: str) -> dict[str, str]:
     return {
         "SLURM_JOB_ID": "77",
         "SLURM_STEP_ID": "0",

@@ -105,9 +105,7 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path, tag: 
 
 
 def test_log_dir_writes_one_file_per_rank(tmp_path: Path) -> None:
-    res = mldist(
-        ["run", "-n", "2", "--log-dir", str(tmp_path), "--", "bash", "-c", "echo hi from $MLDIST_RANK"]
-    )
+    res = mldist(["run", "-n", "2", "--log-dir", str(tmp_path), "--", "bash", "-c", "echo hi from $MLDIST_RANK"])
     assert res.returncode == 0
     assert res.stdout == ""
     assert (tmp_path / "rank-0.log").read_text() == "hi from 0\n"

@@ -25,8 +25,7 @@ out["max"] = mldist.allreduce(tf.constant([r, -r]), op="max").numpy().tolist()
 out["min"] = mldist.allreduce(tf.constant([r, -r]), op="min").numpy().tolist()
 out["fp16"] = mldist.allreduce(tf.constant([1.5 + r]), compression="fp16").numpy().tolist()
 out["bcast"] = [
-    t.numpy().tolist()
-    for t in mldist.broadcast([tf.constant([r + 7.0]), tf.constant([r == n - 1])], root=n - 1)
+    t.numpy().tolist() for t in mldist.broadcast([tf.constant([r + 7.0]), tf.constant([r == n - 1])], root=n - 1)
 ]
 out["gather"] = mldist.allgather(tf.fill([r + 1, 2], r)).numpy().tolist()
 

@@ -55,10 +55,7 @@ if MODE == "equivalence":
     y = rng.integers(0, 10, steps * global_batch)
     per = global_batch // ctx.size
     rows = np.concatenate(
-        [
-            np.arange(b * global_batch + ctx.rank * per, b * global_batch + (ctx.rank + 1) * per)
-            for b in range(steps)
-        ]
+        [np.arange(b * global_batch + ctx.rank * per, b * global_batch + (ctx.rank + 1) * per) for b in range(steps)]
     )
     # Seeds differ per rank (above): BroadcastInitialState must make the starts equal.
     model = cnn()
@@ -78,9 +75,7 @@ elif MODE == "meangrad":
     rng = np.random.default_rng(100 + ctx.rank)  # every rank has different data
     x = rng.normal(size=(16, 3)).astype(np.float32)
     y = rng.normal(size=(16, 1)).astype(np.float32)
-    model = keras.Sequential(
-        [keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")]
-    )
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="ones")])
     loss = keras.losses.MeanSquaredError()
     with tf.GradientTape() as tape:
         local = loss(y, model(x))

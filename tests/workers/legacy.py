@@ -29,9 +29,7 @@ y = rng.normal(size=(64, 1)).astype("float32")
 
 
 def model() -> object:
-    return keras.Sequential(
-        [keras.layers.Dense(8, activation="relu", input_shape=(4,)), keras.layers.Dense(1)]
-    )
+    return keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(4,)), keras.layers.Dense(1)])
 
 
 def digest(m: object) -> str:
