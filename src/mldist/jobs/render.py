@@ -38,7 +38,9 @@ def _slurm_time(seconds: int) -> str:
 def _slurm_directives(s: JobSpec) -> list[str]:
     out = s.output_dir + "/job-%j.out"
     d = [f"--job-name={s.job_name}", f"--nodes={s.nodes}", f"--ntasks-per-node={s.tasks}"]
-    d.append(f'--output="{out}"' if " " in out or "\t" in out else f"--output={out}")
+    # sbatch splits directive words at blanks, strips quotes and cuts at '#'; double quotes
+    # protect all of these (the spec refuses '"' and '\\' in the path).
+    d.append(f'--output="{out}"' if any(c in out for c in " \t'#") else f"--output={out}")
     d.append("--open-mode=append")  # a requeued job appends to its log
     if s.cpus_per_task:
         d.append(f"--cpus-per-task={s.cpus_per_task}")
@@ -135,7 +137,7 @@ def _cobalt_launch(s: JobSpec) -> list[str]:
     for key, value in (
         ("MLDIST_SIZE", s.total_tasks),
         ("MLDIST_LOCAL_SIZE", s.tasks),
-        ("OMP_NUM_THREADS", depth),
+        ("OMP_NUM_THREADS", dict(s.env).get("OMP_NUM_THREADS", depth)),  # the user's --env wins
     ):
         argv += ["-e", f"{key}={value}"]
     return argv
@@ -161,6 +163,11 @@ SCHEDULER_TABLE: dict[str, tuple[Callable[[JobSpec], list[str]], Callable[[JobSp
 }
 
 
+def _not_an_option(path: str) -> str:
+    # A relative path like "-venv" would be read as an option by source/apptainer.
+    return "./" + path if path.startswith("-") else path
+
+
 def _environment(s: JobSpec) -> list[str]:
     lines = []
     if s.unset:
@@ -174,7 +181,7 @@ def _environment(s: JobSpec) -> list[str]:
             *(f"module load {q(m)}" for m in s.modules),
         ]
     if s.venv:
-        lines.append(f"source {q(s.venv.rstrip('/') + '/bin/activate')}")
+        lines.append(f"source {q(_not_an_option(s.venv.rstrip('/') + '/bin/activate'))}")
     if s.conda:
         lines += ['eval "$(conda shell.bash hook)"', f"conda activate {q(s.conda)}"]
     threads = str(s.cpus_per_task or 1)
@@ -191,7 +198,7 @@ def _container_prefix(s: JobSpec) -> list[str]:
     argv = ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else [])
     for path in ("$PWD", "$MLDIST_JOB_DIR", *s.binds):
         argv += ["--bind", path]
-    return [*argv, s.container]
+    return [*argv, _not_an_option(s.container)]
 
 
 def _word(arg: str) -> str:

@@ -150,6 +150,8 @@ def _validate(s: JobSpec) -> None:
         raise ConfigError(f"--scheduler {s.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
     if not s.command:
         raise ConfigError("no command given: mldist submit -- python train.py")
+    if s.gpus_per_node < 0:  # checked first: the default tasks per node is derived from it
+        raise ConfigError(f"--gpus-per-node {s.gpus_per_node} cannot be negative")
     for name, value in (
         ("--nodes", s.nodes),
         ("--tasks-per-node", s.tasks),
