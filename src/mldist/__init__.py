@@ -9,8 +9,9 @@ Example::
 
 from __future__ import annotations
 
+from .checkpoint import CheckpointManager
 from .collectives import allgather, allreduce, broadcast
-from .errors import ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
+from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
 from .gradients import DistributedGradientTape
 from .runtime import (
     Context,
@@ -27,6 +28,8 @@ from .runtime import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointManager",
     "ConfigError",
     "Context",
     "DetectionError",

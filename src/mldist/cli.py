@@ -36,6 +36,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -50,10 +60,12 @@ RUN_EXAMPLE = """\
 example:
   mldist run -n 2 -- python train.py --epochs 5
   mldist run -n 4 --log-dir logs/ python train.py
+  mldist run -n 2 --max-restarts 3 python train.py   # resumes from mldist.keras.Checkpoint
 
 Each worker gets MLDIST_RANK, MLDIST_SIZE, MLDIST_LOCAL_RANK, MLDIST_LOCAL_SIZE
 and MLDIST_WORKERS; mldist.init() reads them. If one worker fails the others
-are stopped and the exit code is that worker's (128+N for signal N)."""
+are stopped and the exit code is that worker's (128+N for signal N); exit
+code 75 means the workers saved a checkpoint and ask to be started again."""
 
 ENV_EXAMPLE = """\
 example:
@@ -101,6 +113,12 @@ def _build_parser() -> argparse.ArgumentParser:
         default="none",
         help="'cores' gives each worker its own share of this process's CPUs",
     )
+    run.add_argument(
+        "--max-restarts",
+        type=_nonnegative_int,
+        default=0,
+        help="after a worker failure, restart the group up to K times (resumes from mldist checkpoints)",
+    )
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the worker command")
 
     env = sub.add_parser(
@@ -133,6 +151,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         grace=args.grace,
         failure_grace=args.failure_grace,
         cpu_bind=args.cpu_bind,
+        max_restarts=args.max_restarts,
     )
     return run(cfg)
 

@@ -6,6 +6,9 @@ many files as workers, else by element (never tf.data's AUTO policy, which
 errors with fewer files than workers), drop the remainder, and cut every
 rank to the smallest shard's number of full batches.
 
+The datasets are resumable: a checkpoint that restores their position makes
+the next epoch start at the exact batch where training stopped (``Stream``).
+
 Example::
 
     ds = tf.data.Dataset.from_tensor_slices((x, y))
@@ -47,6 +50,56 @@ def _local_count(ds: Any) -> int:
     return int(ds.reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
 
 
+class Stream:
+    """Where a sharded dataset stands, in batches since the first epoch.
+
+    Every dataset made by :func:`shard` or :func:`shard_files` registers one.
+    Each new iterator (one per epoch in ``fit``) starts at ``position`` and
+    advances it by one epoch. ``mldist.keras.Checkpoint`` counts the batches
+    trained on exactly, saves that count, and sets ``position`` back to it on
+    resume, so a resumed run skips exactly the batches already trained on.
+
+    Args:
+        steps: batches per epoch (the same on every rank).
+    """
+
+    def __init__(self, steps: int) -> None:
+        import tensorflow as tf
+
+        self.steps = steps
+        with tf.init_scope():
+            self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="mldist_data_position")
+
+
+#: Streams in creation order; a script makes them in the same order on every run.
+STREAMS: list[Stream] = []
+
+
+def _resumable(base: Any, steps: int, batch_size: int, shuffle_buffer: int, seed: int, rank: int) -> Any:
+    import tensorflow as tf
+
+    stream = Stream(steps)
+    pos = stream.position
+
+    def epoch_batches(epoch: Any) -> Any:
+        d = base
+        if shuffle_buffer:
+            # A fixed seed per (seed, rank, epoch): any epoch can be replayed on its own.
+            fixed = (seed * 1_000_003 + rank) * 1_000_003 + epoch
+            d = d.shuffle(shuffle_buffer, seed=fixed, reshuffle_each_iteration=False)
+        return d.batch(batch_size, drop_remainder=True)
+
+    def from_position(_: Any) -> Any:
+        # Runs when an epoch's iterator starts: begin at the position, claim one epoch.
+        g = pos.assign_add(steps) - steps
+        batches = tf.data.Dataset.range(g // steps, 1 << 40).flat_map(epoch_batches)
+        return batches.skip(g % steps).prefetch(tf.data.AUTOTUNE)
+
+    ds = tf.data.Dataset.range(1).flat_map(from_position).take(steps)
+    STREAMS.append(stream)
+    return ds.apply(tf.data.experimental.assert_cardinality(steps))
+
+
 def _finish(ds: Any, batch_size: int, shuffle_buffer: int, seed: int) -> Any:
     import tensorflow as tf
 
@@ -59,10 +112,7 @@ def _finish(ds: Any, batch_size: int, shuffle_buffer: int, seed: int) -> Any:
             f"rank {ctx.rank}: a shard of {smallest} examples gives no full batch of {batch_size}; "
             "lower batch_size or use fewer workers"
         )
-    ds = ds.take(steps * batch_size)
-    if shuffle_buffer:
-        ds = ds.shuffle(shuffle_buffer, seed=seed + ctx.rank, reshuffle_each_iteration=True)
-    ds = ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    ds = _resumable(ds.take(steps * batch_size), steps, batch_size, shuffle_buffer, seed, ctx.rank)
     options = tf.data.Options()
     # Already sharded: a strategy must not shard it again.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -76,7 +126,8 @@ def shard(dataset: Any, batch_size: int, *, shuffle_buffer: int = 0, seed: int =
         dataset: un-batched ``tf.data.Dataset`` (same order on every rank).
         batch_size: per-worker batch size.
         shuffle_buffer: shuffle this rank's shard each epoch with this buffer (0: no).
-        seed: shuffle seed (each rank adds its rank).
+        seed: shuffle seed; each (seed, rank, epoch) has its own fixed order, so a
+            resumed run replays the same batches.
 
     Example::
 

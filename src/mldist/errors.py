@@ -33,3 +33,7 @@ class LaunchError(MldistError):
 
 class RuntimeStateError(MldistError, RuntimeError):
     """An API was used in the wrong order (e.g. before mldist.init())."""
+
+
+class CheckpointError(MldistError):
+    """A checkpoint is damaged, does not fit the model, or cannot be written."""

@@ -34,6 +34,8 @@ from .errors import ConfigError, LaunchError
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
+#: EX_TEMPFAIL: workers saved a checkpoint and ask to be started again later.
+REQUEUE_CODE = 75
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class RunConfig:
         grace: seconds workers get after a forwarded SIGINT/SIGTERM.
         failure_grace: seconds the others get after one worker failed.
         cpu_bind: "none", or "cores" to give each worker its own CPUs.
+        max_restarts: restart the whole group this many times after a worker
+            failure (not after exit code 75 or a signal to the launcher).
     """
 
     nprocs: int
@@ -55,6 +59,7 @@ class RunConfig:
     grace: float = 60.0
     failure_grace: float = 5.0
     cpu_bind: str = "none"
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         if self.nprocs < 1:
@@ -65,6 +70,8 @@ class RunConfig:
             raise ConfigError(f"--grace {self.grace}: grace periods cannot be negative")
         if self.cpu_bind not in ("none", "cores"):
             raise ConfigError(f"--cpu-bind {self.cpu_bind!r}: use 'none' or 'cores'")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts {self.max_restarts} cannot be negative")
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -97,7 +104,7 @@ def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
 
 
 def worker_env(
-    base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str
+    base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
 ) -> dict[str, str]:
     """The environment of worker ``rank``: what ``mldist.detect`` reads.
 
@@ -107,6 +114,7 @@ def worker_env(
         rank: the worker's rank.
         workers: ``host:port`` of every worker.
         run_id: identifies this run (also in ``MLDIST_RUN_ID``).
+        restart: how many times the group was restarted (``MLDIST_RESTART``).
     """
     env = dict(base)
     for stale in ("TF_CONFIG",):
@@ -119,6 +127,7 @@ def worker_env(
         MLDIST_NODE_RANK="0",
         MLDIST_WORKERS=",".join(workers),
         MLDIST_RUN_ID=run_id,
+        MLDIST_RESTART=str(restart),
     )
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
@@ -151,8 +160,9 @@ def _pump(stream: IO[bytes], prefix: bytes, out: IO[bytes], lock: threading.Lock
 class _Group:
     """The running workers and their output pumps."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, restart: int = 0) -> None:
         self.cfg = cfg
+        self.restart = restart
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pumps: list[threading.Thread] = []
         self.logs: list[IO[bytes]] = []
@@ -166,7 +176,7 @@ class _Group:
         if cfg.log_dir:
             os.makedirs(cfg.log_dir, exist_ok=True)
         for rank in range(cfg.nprocs):
-            env = worker_env(os.environ, cfg, rank, workers, run_id)
+            env = worker_env(os.environ, cfg, rank, workers, run_id, self.restart)
             if sets:
                 env.setdefault("OMP_NUM_THREADS", str(len(sets[rank])))
             out: int | IO[bytes] = subprocess.PIPE
@@ -222,32 +232,54 @@ def _say(message: str) -> None:
 def run(cfg: RunConfig) -> int:
     """Start the workers, supervise them, and return the group's exit code.
 
+    With ``cfg.max_restarts``, a failed group is started again (fresh ports,
+    ``MLDIST_RESTART`` counting up) so that a script using
+    ``mldist.keras.Checkpoint`` resumes from its last checkpoint.
+
     Args:
         cfg: what to run.
 
     Example::
 
-        code = run(RunConfig(nprocs=2, command=("python", "train.py")))
+        code = run(RunConfig(nprocs=2, command=("python", "train.py"), max_restarts=2))
     """
-    group = _Group(cfg)
     received: list[int] = []
+    current: list[_Group] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
-        group.signal_all(signum)
+        if current:
+            current[-1].signal_all(signum)
 
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
+    failures: list[str] = []
     try:
-        group.start()
-        return _supervise(cfg, group, received)
+        while True:
+            group = _Group(cfg, restart=len(failures))
+            current.append(group)
+            try:
+                group.start()
+                code, failure = _supervise(cfg, group, received)
+            finally:
+                group.finish()
+            retry = failure is not None and code != REQUEUE_CODE and not any(s in _STOPPING for s in received)
+            if not retry or failure is None:
+                break
+            failures.append(failure)
+            if len(failures) > cfg.max_restarts:
+                if cfg.max_restarts:
+                    _say(f"giving up after {cfg.max_restarts} restart(s); failures: " + "; ".join(failures))
+                break
+            _say(f"restarting the group ({len(failures)} of {cfg.max_restarts}) after: {failure}")
+        return code
     finally:
-        group.finish()
         for s, handler in old.items():
             signal.signal(s, handler)
 
 
-def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> int:
-    first_failure: tuple[int, int] | None = None
+def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> tuple[int, str | None]:
+    """Wait for every worker; the group's exit code and its first failure, if any."""
+    first_failure: tuple[int, str] | None = None
     first_nonzero: int | None = None
     deadline: float | None = None
     pending = set(range(cfg.nprocs))
@@ -266,10 +298,11 @@ def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> int:
             if first_nonzero is None:
                 first_nonzero = _exit_code(code)
             if first_failure is None and deadline is None:
-                first_failure = (rank, _exit_code(code))
-                _say(f"{_describe(rank, code)}; stopping the other workers")
+                first_failure = (_exit_code(code), _describe(rank, code))
+                _say(f"{first_failure[1]}; stopping the other workers")
                 group.signal_all(signal.SIGTERM)
-                deadline = time.monotonic() + cfg.failure_grace
+                # Exit 75: the others are saving a checkpoint too; give them the full grace.
+                deadline = time.monotonic() + (cfg.grace if code == REQUEUE_CODE else cfg.failure_grace)
             elif first_failure is None:
                 _say(_describe(rank, code))
         if deadline is not None and time.monotonic() > deadline and pending:
@@ -278,5 +311,5 @@ def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> int:
             deadline = float("inf")
         time.sleep(0.05)
     if first_failure is not None:
-        return first_failure[1]
-    return first_nonzero or 0
+        return first_failure[0], first_failure[1]
+    return first_nonzero or 0, None

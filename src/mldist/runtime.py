@@ -140,6 +140,11 @@ COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
         "The tasks have crashed",
         "another worker died or stopped answering; its own output names the first error",
     ),
+    (
+        "Collective ops is aborted",
+        "a collective was aborted because another worker died or closed its connection; "
+        "the launcher's output names the rank that failed first",
+    ),
 )
 
 

@@ -19,11 +19,13 @@ from .callbacks import (
     default_callbacks,
     scale_lr,
 )
+from .checkpoint import Checkpoint
 from .optimizer import DistributedOptimizer
 
 __all__ = [
     "AverageMetrics",
     "BroadcastInitialState",
+    "Checkpoint",
     "DistributedOptimizer",
     "LearningRateWarmup",
     "average_gradients",

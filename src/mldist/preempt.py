@@ -1,0 +1,83 @@
+"""Preemption: turn SIGTERM/SIGUSR1 into "save at the next step boundary, then exit 75".
+
+Slurm (``--signal``), PBS/Cobalt (the watcher in mldist's batch scripts) and
+``mldist run`` deliver the signal to the workers, possibly during different
+steps on different ranks. The handler only sets a flag; :func:`agreed`
+combines the flags of all ranks with a max-allreduce, so every rank decides
+to stop at the same step.
+
+Example::
+
+    with mldist.preempt.watch():
+        for step in ...:
+            train_step()
+            if step % 10 == 0 and mldist.preempt.agreed():
+                save(); raise SystemExit(mldist.preempt.REQUEUE_CODE)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from . import runtime
+
+#: EX_TEMPFAIL: the state is saved; start the job again to continue.
+REQUEUE_CODE = 75
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+_received: list[int] = []
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    if not _received:
+        name = signal.Signals(signum).name
+        message = f"mldist: rank {runtime.rank()}: got {name}; saving at the next step boundary"
+        print(message, file=sys.stderr, flush=True)
+    _received.append(signum)
+
+
+def requested() -> bool:
+    """Whether this process got SIGTERM or SIGUSR1 while watching."""
+    return bool(_received)
+
+
+def agreed() -> bool:
+    """Whether any rank got the signal (a collective: call it at the same step on every rank)."""
+    import tensorflow as tf
+
+    from .collectives import allreduce
+
+    if runtime.size() == 1:
+        return requested()
+    return bool(int(allreduce(tf.constant(len(_received) > 0, tf.int32), op="max")))
+
+
+def install() -> dict[int, Any]:
+    """Install the SIGTERM/SIGUSR1 flag handlers; the old handlers, for :func:`uninstall`.
+
+    Only the main thread may install signal handlers; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, _on_signal) for s in SIGNALS}
+
+
+def uninstall(old: dict[int, Any]) -> None:
+    """Put back the handlers that :func:`install` replaced."""
+    for s, handler in old.items():
+        signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[None]:
+    """Watch for SIGTERM/SIGUSR1 inside the ``with`` block (see :func:`agreed`)."""
+    old = install()
+    try:
+        yield
+    finally:
+        uninstall(old)
