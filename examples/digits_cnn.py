@@ -36,6 +36,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup-epochs", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/digits", help="directory for the result files")
+    p.add_argument("--checkpoint-dir", help="save checkpoints here and resume from the newest one")
     return p.parse_args()
 
 
@@ -92,6 +93,8 @@ def main() -> None:
     opt = mldist.keras.DistributedOptimizer(keras.optimizers.Adam(mldist.keras.scale_lr(args.lr)))
     model.compile(opt, "sparse_categorical_crossentropy", metrics=["accuracy"])
     callbacks = [*mldist.keras.default_callbacks(), mldist.keras.LearningRateWarmup(args.warmup_epochs)]
+    if args.checkpoint_dir:  # last: the warmup reads the target rate before a restore changes it
+        callbacks.append(mldist.keras.Checkpoint(args.checkpoint_dir, save_freq="epoch", keep=3))
     start = time.perf_counter()
     model.fit(train, epochs=args.epochs, callbacks=callbacks, verbose=2)
     seconds = time.perf_counter() - start

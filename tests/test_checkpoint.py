@@ -1,0 +1,235 @@
+"""Checkpoints, resume, preemption and restarts.
+
+The file format and the launcher's restart logic are tested in-process or
+with tiny shell workers; everything about training runs 2 real workers of
+tests/workers/resume.py under ``mldist run`` (16 steps per epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import PY, ROOT, clean_env, mldist
+from mldist.checkpoint import (
+    MANIFEST,
+    STATE,
+    CheckpointManager,
+    checkpoints,
+    latest_valid,
+    read_checkpoint,
+    write_checkpoint,
+)
+from mldist.errors import CheckpointError
+
+WORKER = str(ROOT / "tests" / "workers" / "resume.py")
+STEPS_PER_EPOCH = 16
+
+
+# -- the format ----------------------------------------------------------------------------------
+
+
+def _write(directory: Path, step: int) -> Path:
+    arrays = {"model.0": np.full((3, 2), step, np.float32), "model.1": np.arange(step, dtype=np.int64)}
+    return write_checkpoint(directory, step, arrays, {"extra": {"epoch": step}, "objects": {}})
+
+
+def test_written_checkpoint_has_manifest_with_checksum_and_no_temp_files(tmp_path: Path) -> None:
+    path = _write(tmp_path, 7)
+    assert path.name == "ckpt-0000000007"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-0000000007"]
+    manifest, arrays = read_checkpoint(path)
+    assert manifest["step"] == 7 and manifest["extra"] == {"epoch": 7}
+    assert manifest["files"][STATE]["bytes"] == (path / STATE).stat().st_size
+    assert arrays["model.0"].tolist() == [[7, 7]] * 3 and arrays["model.1"].tolist() == list(range(7))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no-manifest", "bad-json"])
+def test_damaged_newest_checkpoint_is_named_and_the_previous_one_used(damage: str, tmp_path: Path) -> None:
+    _write(tmp_path, 1)
+    newest = _write(tmp_path, 2)
+    state = newest / STATE
+    data = state.read_bytes()
+    if damage == "truncate":
+        state.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        state.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])
+    elif damage == "no-manifest":
+        (newest / MANIFEST).unlink()
+    else:
+        (newest / MANIFEST).write_text('{"step": 2, "files": ')
+    with pytest.warns(UserWarning, match=str(newest)):
+        found = latest_valid(tmp_path)
+    assert found is not None and found[0]["step"] == 1
+
+
+def test_all_damaged_means_none(tmp_path: Path) -> None:
+    (_write(tmp_path, 3) / STATE).write_bytes(b"")
+    with pytest.warns(UserWarning, match="truncated"):
+        assert latest_valid(tmp_path) is None
+    assert latest_valid(tmp_path / "missing") is None
+
+
+def test_saving_the_same_step_again_replaces_it(tmp_path: Path) -> None:
+    _write(tmp_path, 5)
+    write_checkpoint(tmp_path, 5, {"x": np.zeros(1)}, {})
+    assert [s for s, _ in checkpoints(tmp_path)] == [5]
+    assert list(read_checkpoint(tmp_path / "ckpt-0000000005")[1]) == ["x"]
+
+
+@pytest.mark.filterwarnings("ignore:mldist.init.. came after")  # other tests ran TF ops in this process
+def test_manager_round_trip_keeps_the_last_n_and_refuses_other_shapes(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    a, b = tf.Variable([1.0, 2.0]), tf.Variable(3, dtype=tf.int64)
+    mgr = CheckpointManager(tmp_path, keep=2)
+    for step in (10, 20, 30):
+        a.assign([step, step + 1.0])
+        mgr.save(step, extra={"epoch": step // 10}, model=[a], counter=b)
+    assert [s for s, _ in checkpoints(tmp_path)] == [20, 30]
+    manifest = json.loads((tmp_path / "ckpt-0000000030" / MANIFEST).read_text())
+    assert set(manifest["versions"]) >= {"mldist", "tensorflow", "keras", "python"}
+    a.assign([0.0, 0.0])
+    assert mgr.restore(model=[a], counter=b) == 30
+    assert a.numpy().tolist() == [30.0, 31.0] and mgr.restored_extra == {"epoch": 3}
+    with pytest.raises(CheckpointError, match="model changed"):
+        mgr.restore(model=[tf.Variable([1.0, 2.0, 3.0])], counter=b)
+    assert CheckpointManager(tmp_path / "empty").restore(model=[a]) == 0
+
+
+# -- the launcher's restarts (no TensorFlow) -----------------------------------------------------
+
+FAIL_FIRST = 'if [ "$MLDIST_RESTART" = 0 ] && [ "$MLDIST_RANK" = 1 ]; then exit 3; fi; echo "ok $MLDIST_RESTART"'
+
+
+def test_max_restarts_restarts_the_group_after_a_failure() -> None:
+    r = mldist(["run", "-n", "2", "--max-restarts", "1", "--", "sh", "-c", FAIL_FIRST])
+    assert r.returncode == 0, r.stderr
+    assert "restarting the group (1 of 1) after: rank 1 exited with code 3" in r.stderr
+    assert "ok 1" in r.stdout
+
+
+def test_max_restarts_gives_up_and_lists_the_failures() -> None:
+    r = mldist(["run", "-n", "2", "--max-restarts", "2", "--", "sh", "-c", 'exit "$((MLDIST_RESTART + 4))"'])
+    assert r.returncode == 6
+    assert "giving up after 2 restart(s)" in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "exited with code 4" in last and "exited with code 5" in last and "exited with code 6" in last
+
+
+def test_exit_75_is_passed_through_not_restarted() -> None:
+    r = mldist(["run", "-n", "2", "--max-restarts", "3", "--", "sh", "-c", 'echo "try $MLDIST_RESTART"; exit 75'])
+    assert r.returncode == 75
+    assert "restarting" not in r.stderr and "try 1" not in r.stdout
+
+
+def test_negative_max_restarts_is_one_line_exit_2() -> None:
+    r = mldist(["run", "-n", "2", "--max-restarts", "-1", "--", "true"])
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--max-restarts" in r.stderr
+
+
+# -- 2 real workers ------------------------------------------------------------------------------
+
+
+def _run(out: Path, *worker_args: str, launcher: tuple[str, ...] = (), timeout: float = 240) -> Any:
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [PY, "-m", "mldist", "run", "-n", "2", *launcher, "--", PY, WORKER, str(out), *worker_args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env())
+
+
+def _epochs(out: Path, rank: int = 0) -> list[dict[str, int]]:
+    lines = (out / f"epochs-rank{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _weights(out: Path) -> np.ndarray:
+    w0, w1 = np.load(out / "weights-rank0.npy"), np.load(out / "weights-rank1.npy")
+    assert np.array_equal(w0, w1), "ranks ended with different weights"
+    return w0
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted 2-worker run of 4 epochs (checkpoints at steps 32, 48, 64)."""
+    out = tmp_path_factory.mktemp("reference")
+    r = _run(out, "--epochs", "4")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2, 3]
+    return out
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_restarts_from_the_last_checkpoint_and_matches(reference: Path, tmp_path: Path) -> None:
+    # Rank 1 kills itself before step 40 (epoch 2, batch 8); the last checkpoint is step 32.
+    r = _run(tmp_path, "--epochs", "4", "--kill-at", "40", launcher=("--max-restarts", "1"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "restarting the group (1 of 1) after: rank 1 was killed by SIGKILL" in r.stderr
+    records = _epochs(tmp_path, rank=1)
+    first = [(e["epoch"], e["step"]) for e in records if e["attempt"] == 0]
+    second = [(e["epoch"], e["step"]) for e in records if e["attempt"] == 1]
+    assert first == [(0, 0), (1, 16), (2, 32)]
+    assert second == [(2, 32), (3, 48)], "the restart must begin at the epoch after the last checkpoint"
+    assert _rel(_weights(tmp_path), _weights(reference)) <= 1e-5
+
+
+@pytest.mark.slow
+def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(reference: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    grace = 30
+    argv = [PY, "-m", "mldist", "run", "-n", "2", "--grace", str(grace), "--", PY, WORKER, str(out)]
+    argv += ["--epochs", "4", "--sleep", "0.1", "--check-every", "4"]
+    log = (tmp_path / "launcher.log").open("w+")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=clean_env())
+    try:
+        deadline = time.monotonic() + 180
+        while "step 37 done" not in (tmp_path / "launcher.log").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "launcher.log").read_text()
+            time.sleep(0.1)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=grace + 30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = (tmp_path / "launcher.log").read_text()
+    assert code == 75, text[-3000:]
+    assert took < grace, f"exit after {took:.1f} s, grace {grace} s"
+    saved = [s for s, _ in checkpoints(out / "ckpt")]
+    assert saved and saved[-1] % STEPS_PER_EPOCH != 0, f"no mid-epoch checkpoint: {saved}"
+    step = saved[-1]
+    r = _run(out, "--epochs", "4")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    resumed = _epochs(out)[len([e for e in _epochs(out) if e["step"] < step]) :]
+    assert resumed[0] == {"attempt": 0, "epoch": step // STEPS_PER_EPOCH, "step": step}
+    assert f"resuming from checkpoint step {step}: epoch {step // 16}, batch {step % 16}" in r.stderr
+    # Exact-step resume: the same batches in the same order as the uninterrupted run.
+    assert _rel(_weights(out), _weights(reference)) <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, reference: Path, tmp_path: Path) -> None:
+    shutil.copytree(reference / "ckpt", tmp_path / "ckpt")
+    state = tmp_path / "ckpt" / "ckpt-0000000064" / STATE
+    data = state.read_bytes()
+    state.write_bytes(data[:-1000] if damage == "truncate" else data[:500] + bytes([data[500] ^ 0x55]) + data[501:])
+    r = _run(tmp_path, "--epochs", "5")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"skipping damaged checkpoint: {state}" in r.stderr
+    assert [(e["epoch"], e["step"]) for e in _epochs(tmp_path)] == [(3, 48), (4, 64)]
+    assert os.path.exists(tmp_path / "ckpt" / "model.keras")
