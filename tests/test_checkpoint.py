@@ -228,8 +228,11 @@ def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, refe
     state = tmp_path / "ckpt" / "ckpt-0000000064" / STATE
     data = state.read_bytes()
     state.write_bytes(data[:-1000] if damage == "truncate" else data[:500] + bytes([data[500] ^ 0x55]) + data[501:])
-    r = _run(tmp_path, "--epochs", "5")
+    # Rank 1 sees only an empty directory of its own: rank 0 reads and broadcasts.
+    r = _run(tmp_path, "--epochs", "5", "--private-ckpt")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"skipping damaged checkpoint: {state}" in r.stderr
-    assert [(e["epoch"], e["step"]) for e in _epochs(tmp_path)] == [(3, 48), (4, 64)]
+    for rank in (0, 1):
+        assert [(e["epoch"], e["step"]) for e in _epochs(tmp_path, rank)] == [(3, 48), (4, 64)]
+    assert not list((tmp_path / "ckpt-private-rank1").glob("ckpt-*")), "only rank 0 writes"
     assert os.path.exists(tmp_path / "ckpt" / "model.keras")

@@ -16,6 +16,7 @@ Options:
   --kill-at STEP     on attempt 0, rank --kill-rank SIGKILLs itself before global step STEP
   --save-freq F      "epoch" or a number of steps
   --check-every K    steps between preemption checks
+  --private-ckpt     ranks other than 0 use an empty directory of their own (no shared file system)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ p.add_argument("--kill-at", type=int, default=-1)
 p.add_argument("--kill-rank", type=int, default=1)
 p.add_argument("--save-freq", default="epoch")
 p.add_argument("--check-every", type=int, default=10)
+p.add_argument("--private-ckpt", action="store_true")
 args = p.parse_args()
 
 ctx = mldist.init()
