@@ -67,7 +67,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -109,13 +109,13 @@ def write_checkpoint(directory: Path, step: int, arrays: dict[str, Any], manifes
     tmp.mkdir()
     _write(tmp / STATE, state)
     _write(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if final.exists():  # the same step saved again (e.g. preempted right after a save)
         old = directory / f".old-{final.name}-{os.getpid()}"
         final.rename(old)
         shutil.rmtree(old, ignore_errors=True)
     tmp.rename(final)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return final
 
 

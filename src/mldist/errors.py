@@ -10,6 +10,9 @@ Example::
 
 from __future__ import annotations
 
+#: Exit code (EX_TEMPFAIL) of workers that saved a checkpoint and ask to be started again.
+REQUEUE_CODE = 75
+
 
 class MldistError(Exception):
     """Base class of every error raised on purpose by mldist."""

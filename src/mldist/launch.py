@@ -28,14 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from .errors import ConfigError, LaunchError
+from .errors import REQUEUE_CODE, ConfigError, LaunchError
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
-#: EX_TEMPFAIL: workers saved a checkpoint and ask to be started again later.
-REQUEUE_CODE = 75
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import runtime
+from .errors import REQUEUE_CODE
 
-#: EX_TEMPFAIL: the state is saved; start the job again to continue.
-REQUEUE_CODE = 75
+__all__ = ["REQUEUE_CODE", "agreed", "install", "requested", "uninstall", "watch"]
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 _received: list[int] = []

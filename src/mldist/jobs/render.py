@@ -17,10 +17,9 @@ import math
 import shlex
 from collections.abc import Callable
 
-from ..errors import ConfigError
+from ..errors import REQUEUE_CODE, ConfigError
 from .spec import JobSpec, hms
 
-REQUEUE_CODE = 75
 q = shlex.quote
 
 # Runs in every task: per-rank log file, then the user's command as "$@".

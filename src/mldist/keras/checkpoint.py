@@ -16,7 +16,7 @@ from typing import Any
 import keras
 
 from .. import data, preempt, runtime
-from ..checkpoint import CheckpointManager, _fsync_dir
+from ..checkpoint import CheckpointManager, fsync_dir
 from ..collectives import allreduce
 from ..errors import ConfigError
 
@@ -215,4 +215,4 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, directory / self.final_model)
-            _fsync_dir(Path(directory))
+            fsync_dir(Path(directory))
