@@ -236,3 +236,27 @@ def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, refe
         assert [(e["epoch"], e["step"]) for e in _epochs(tmp_path, rank)] == [(3, 48), (4, 64)]
     assert not list((tmp_path / "ckpt-private-rank1").glob("ckpt-*")), "only rank 0 writes"
     assert os.path.exists(tmp_path / "ckpt" / "model.keras")
+
+
+@pytest.mark.slow
+def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path) -> None:
+    loop = str(ROOT / "tests" / "workers" / "custom_loop.py")
+
+    def run(out: Path, *extra: str) -> Any:
+        out.mkdir(exist_ok=True)
+        argv = [PY, "-m", "mldist", "run", "-n", "2", "--", PY, loop, str(out), *extra]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=clean_env())
+
+    whole = run(tmp_path / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    # Only rank 1 gets SIGUSR1, before step 12: the ranks agree at step 12 and both exit 75.
+    cut = run(tmp_path / "cut", "12")
+    assert cut.returncode == 75, cut.stdout[-3000:] + cut.stderr[-3000:]
+    assert "[0] rank 0 saved at step 12; exiting 75" in cut.stdout
+    assert "[1] rank 1 saved at step 12; exiting 75" in cut.stdout
+    resumed = run(tmp_path / "cut")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "[0] rank 0 starts at step 12" in resumed.stdout and "[1] rank 1 starts at step 12" in resumed.stdout
+    final = [np.load(tmp_path / "cut" / f"final-rank{r}.npy") for r in (0, 1)]
+    assert np.array_equal(final[0], final[1])
+    assert _rel(final[0], np.load(tmp_path / "whole" / "final-rank0.npy")) <= 1e-6

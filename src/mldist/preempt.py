@@ -36,7 +36,8 @@ _received: list[int] = []
 def _on_signal(signum: int, _frame: Any) -> None:
     if not _received:
         name = signal.Signals(signum).name
-        message = f"mldist: rank {runtime.rank()}: got {name}; saving at the next step boundary"
+        who = f"rank {runtime._ctx.rank}" if runtime._ctx is not None else "worker"
+        message = f"mldist: {who}: got {name}; saving at the next step boundary"
         print(message, file=sys.stderr, flush=True)
     _received.append(signum)
 
