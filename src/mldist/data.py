@@ -75,6 +75,26 @@ class Stream:
 STREAMS: list[Stream] = []
 
 
+def _shuffled(ds: Any, window: int, seed: Any) -> Any:
+    """``ds`` with each run of ``window`` elements permuted by a stateless RNG.
+
+    A pure function of ``seed`` (a (seed, rank)/epoch pair), so any epoch
+    can be replayed on its own. ``Dataset.shuffle`` cannot take a seed that
+    is a tensor when a global seed of 0 is set (TensorFlow compares it with
+    Python ``==``), and its order then depends on that global seed too.
+    With ``window`` at least the shard size this is a full permutation.
+    """
+    import tensorflow as tf
+
+    def permute(i: Any, block: Any) -> Any:
+        n = tf.shape(tf.nest.flatten(block)[0])[0]
+        window_seed = tf.random.experimental.stateless_fold_in(seed, i)
+        order = tf.random.experimental.stateless_shuffle(tf.range(n), seed=window_seed)
+        return tf.nest.map_structure(lambda t: tf.gather(t, order), block)
+
+    return ds.batch(window).enumerate().map(permute).unbatch()
+
+
 def _resumable(base: Any, steps: int, batch_size: int, shuffle_buffer: int, seed: int, rank: int) -> Any:
     import tensorflow as tf
 
@@ -84,9 +104,7 @@ def _resumable(base: Any, steps: int, batch_size: int, shuffle_buffer: int, seed
     def epoch_batches(epoch: Any) -> Any:
         d = base
         if shuffle_buffer:
-            # A fixed seed per (seed, rank, epoch): any epoch can be replayed on its own.
-            fixed = (seed * 1_000_003 + rank) * 1_000_003 + epoch
-            d = d.shuffle(shuffle_buffer, seed=fixed, reshuffle_each_iteration=False)
+            d = _shuffled(d, shuffle_buffer, tf.stack([tf.constant(seed * 1_000_003 + rank, tf.int64), epoch]))
         return d.batch(batch_size, drop_remainder=True)
 
     def from_position(_: Any) -> Any:
@@ -125,7 +143,8 @@ def shard(dataset: Any, batch_size: int, *, shuffle_buffer: int = 0, seed: int =
     Args:
         dataset: un-batched ``tf.data.Dataset`` (same order on every rank).
         batch_size: per-worker batch size.
-        shuffle_buffer: shuffle this rank's shard each epoch with this buffer (0: no).
+        shuffle_buffer: permute this rank's shard each epoch in windows of this many
+            elements (0: no; at least the shard size: a full shuffle).
         seed: shuffle seed; each (seed, rank, epoch) has its own fixed order, so a
             resumed run replays the same batches.
 
@@ -152,7 +171,7 @@ def shard_files(
         files: every rank's full, identically ordered file list.
         reader: maps a file name tensor to a dataset (e.g. ``tf.data.TFRecordDataset``).
         batch_size: per-worker batch size.
-        shuffle_buffer: shuffle this rank's examples each epoch (0: no).
+        shuffle_buffer: permute this rank's examples each epoch in windows of this size (0: no).
         seed: shuffle seed (each rank adds its rank).
 
     Example::
