@@ -21,7 +21,9 @@ PY = sys.executable
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without launcher variables, plus ``extra``."""
     prefixes = ("MLDIST_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "ALPS_", "PBS_", "TF_CONFIG")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
+    threads = ("OMP_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in threads}
     env.update(extra)
     return env
 
