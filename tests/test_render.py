@@ -989,10 +989,11 @@ TRAP = {"STANDIN_TRAP_USR1": "1"}  # tasks wait for SIGUSR1, then exit 75
 
 
 def test_slurm_usr1_saves_and_requeues(tmp_path: Path, standin_bin: Path) -> None:
+    """Rank 1 saves a second longer than rank 0: rank 0's exit must not get it killed."""
     job = make_job(
         tmp_path,
         standin_bin,
-        job_env=TRAP,
+        job_env=TRAP | {"STANDIN_STAGGER": "1"},
         output_dir=_out(tmp_path),
         tasks_per_node=2,
         requeue=True,
@@ -1009,7 +1010,14 @@ def test_slurm_usr1_saves_and_requeues(tmp_path: Path, standin_bin: Path) -> Non
         job.stop()
     assert [e["signal"] for e in job.events("srun", "signal")] == [signal.SIGUSR1]
     assert len(job.events("argv-recorder", "usr1")) == 2
-    assert job.events("srun", "exit")[0]["codes"] == [75, 75]
+    assert len(job.events("argv-recorder", "saved")) == 2  # both ranks finished saving
+    assert job.events("srun", "kill-on-bad-exit") == []
+    # The wrapper turns 75 into a marker and exit 0; the script turns the markers back into 75.
+    assert job.events("srun", "exit")[0]["codes"] == [0, 0]
+    assert sorted(p.name for p in Path(_out(tmp_path)).glob(".requeue-*")) == [
+        ".requeue-4242-0.rank-0",
+        ".requeue-4242-0.rank-1",
+    ]
     assert job.argvs("scontrol") == [["requeue", "4242"]]
     assert "mldist: USR1" in job.stdout
     assert job.leftovers == []

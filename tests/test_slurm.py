@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT, clean_env, mldist
@@ -93,3 +94,58 @@ def test_cancel_a_running_job(slurm_env: dict[str, str], tmp_path: Path) -> None
     res = mldist(["cancel", job], env=slurm_env)
     assert res.returncode == 0, res.stderr
     wait_for(slurm_env, job, {"CANCELLED"}, timeout=120)
+
+
+def test_requeued_job_resumes_from_its_checkpoint_and_completes(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """--requeue end to end: time-limit signal, save, exit 75, Slurm requeue, exact resume, COMPLETED."""
+    out, train = tmp_path / "job", tmp_path / "train"
+    train.mkdir()
+    # Slurm sends USR1 at the first check (every 30 s) once fewer than grace + 30 s are left:
+    # with a 120 s limit and 30 s grace, 60-90 s into each attempt. Attempt 0 sleeps 1 s per
+    # step (96 steps, > 96 s: it cannot finish first, and training has started before 60 s);
+    # attempt 1 does not sleep and must finish within 60 s, or it would be signalled too.
+    job = _submit(
+        slurm_env,
+        "--scheduler", "slurm", "--nodes", "2", "--tasks-per-node", "1", "--requeue",
+        "--time", "0:02:00", "--grace", "30",
+        "--venv", str(ROOT / ".venv"), "--output-dir", str(out), "--job-name", "requeue",
+        "--", str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tests" / "workers" / "resume.py"), str(train),
+        "--epochs", "6", "--sleep", "1", "--sleep-attempts", "1", "--check-every", "2",
+    )  # fmt: skip
+    status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=300)
+    batch = mldist(["logs", job], env=slurm_env).stdout
+    ranks = [mldist(["logs", job, "--rank", str(r)], env=slurm_env).stdout for r in (0, 1)]
+    why = f"{status}\n{batch}\n--- rank 0\n{ranks[0][-3000:]}\n--- rank 1\n{ranks[1][-3000:]}"
+    assert " COMPLETED " in f" {status} " and " restarts 1 " in f" {status} ", why
+
+    # The cluster keeps finished jobs for MinJobAge=600 s (and has no accounting, so no
+    # sacct): scontrol still shows the job after it completed.
+    show = subprocess.run(["scontrol", "show", "job", job], env=slurm_env, capture_output=True, text=True, timeout=30)
+    assert re.search(r"\bJobState=COMPLETED\b", show.stdout), show.stdout + show.stderr
+    assert re.search(r"\bRestarts=1\b", show.stdout), show.stdout
+
+    # One USR1 (attempt 0), its step exited 75 and requeued; attempt 1's step exited 0.
+    assert batch.count("mldist: USR1: asking the workers to save and exit") == 1, why
+    assert "workers saved and asked to be requeued (exit 75)" in batch, why
+    ends = re.findall(r"job step ended with exit code (\d+)", batch)
+    assert ends == ["75", "0"], why
+    for rank, log in enumerate(ranks):
+        assert f"rank {rank}: got SIGUSR1; saving at the next step boundary" in log, why
+        assert f"attempt 1 rank {rank}: finished at step 96" in log, why
+    m = re.search(r"checkpoint saved at step (\d+); exiting with 75 to be requeued", ranks[0])
+    assert m, why
+    saved = int(m.group(1))
+    assert 0 < saved < 96, why
+    assert f"resuming from checkpoint step {saved}: epoch {saved // 16}" in ranks[0][m.end() :], why
+
+    epochs = [[json.loads(line) for line in (train / f"epochs-rank{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert epochs[0] == epochs[1], epochs
+    attempts = [e["attempt"] for e in epochs[0]]
+    assert attempts == sorted(attempts) and set(attempts) == {0, 1}, epochs[0]
+    first = next(e for e in epochs[0] if e["attempt"] == 1)
+    # Resumed from attempt 0's checkpoint, not from scratch, and ran to the last epoch.
+    assert first == {"attempt": 1, "epoch": saved // 16, "step": saved}, epochs[0]
+    assert epochs[0][-1]["epoch"] == 5, epochs[0]
+
+    weights = [np.load(train / f"weights-rank{r}.npy") for r in (0, 1)]
+    assert weights[0].size > 0 and np.array_equal(weights[0], weights[1])

@@ -15,7 +15,8 @@ variables named in ``RECORDED_PREFIXES``.
   unknown or malformed option exits 2), start the task command once per task
   with the launcher's rank variables, run the tasks concurrently, forward
   SIGUSR1/SIGTERM to all of them and exit with the highest task exit code
-  (128+N for a task killed by signal N).
+  (128+N for a task killed by signal N). ``srun --kill-on-bad-exit=1``
+  SIGTERMs the other tasks once one exits non-zero, as Slurm does.
 - ``apptainer``: ``exec [--nv] [--bind P]... IMAGE CMD...``; records, then
   execs ``CMD``.
 - ``conda``: ``shell.bash hook`` prints a ``conda`` shell function whose
@@ -24,8 +25,8 @@ variables named in ``RECORDED_PREFIXES``.
 - ``module``, ``scontrol``, ``qsub``, ``sbatch``: record only, exit 0.
 - ``argv-recorder``: the task. Prints its record to stdout (the rank log),
   then: with ``STANDIN_TRAP_USR1=1`` waits up to 20 s for SIGUSR1 and exits 75
-  (3 on timeout); with ``STANDIN_SLEEP=S`` sleeps S seconds; exits
-  ``$STANDIN_EXIT`` (default 0).
+  (3 on timeout; with ``STANDIN_STAGGER=1`` rank R first sleeps R seconds);
+  with ``STANDIN_SLEEP=S`` sleeps S seconds; exits ``$STANDIN_EXIT`` (default 0).
 """
 
 from __future__ import annotations
@@ -226,6 +227,7 @@ LAUNCHERS: dict[str, Callable[[list[str]], tuple[int, list[dict[str, str]], list
 def launcher(prog: str, args: list[str]) -> int:
     import signal
     import subprocess
+    import time
 
     record_call(prog, args)
     _, envs, cmd = LAUNCHERS[prog](args)
@@ -248,6 +250,18 @@ def launcher(prog: str, args: list[str]) -> int:
         except OSError as e:
             sys.stderr.write(f"{prog} (standin): cannot start {cmd[0]!r}: {e}\n")
             codes.append(127)
+    # srun --kill-on-bad-exit=1: the first task to exit non-zero gets the others SIGTERMed, as Slurm does.
+    kill_on_bad = prog == "srun" and "--kill-on-bad-exit=1" in args[: len(args) - len(cmd)]
+    killed = False
+    while any(p.poll() is None for p in procs):
+        bad = [p for p in procs if p.returncode not in (None, 0)]
+        if kill_on_bad and bad and not killed:
+            killed = True
+            record(prog, event="kill-on-bad-exit", pid=bad[0].pid)
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+        time.sleep(0.02)
     for p in procs:
         rc = p.wait()
         codes.append(128 - rc if rc < 0 else rc)
@@ -311,6 +325,13 @@ def argv_recorder(args: list[str]) -> int:
         if got is None:
             return 3
         record("argv-recorder", event="usr1")
+        if os.environ.get("STANDIN_STAGGER") == "1":
+            # Rank r saves for r seconds: the first rank's exit must not end the others.
+            import time
+
+            rank = next((os.environ[k] for k in ("SLURM_PROCID", "PMI_RANK", "ALPS_APP_PE") if k in os.environ), "0")
+            time.sleep(float(rank))
+            record("argv-recorder", event="saved")
         return 75
     if os.environ.get("STANDIN_SLEEP"):
         import time

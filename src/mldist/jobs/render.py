@@ -22,10 +22,21 @@ from .spec import JobSpec, hms
 
 q = shlex.quote
 
-# Runs in every task: per-rank log file, then the user's command as "$@".
+# Runs in every task: the user's command as "$@" with a per-rank log file. The
+# wrapper stays (no exec) to forward USR1/TERM when the launcher signals only its
+# direct child, and to turn the requeue code into a marker file plus exit 0: a
+# rank that exits 75 first must not look like a failure to `srun
+# --kill-on-bad-exit=1` (or mpiexec), which would kill the ranks still saving.
 RANK_WRAPPER = (
-    'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; '
-    'exec "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1'
+    'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; '
+    """trap '[ -n "$c" ] && kill -USR1 "$c" 2>/dev/null' USR1; """
+    """trap '[ -n "$c" ] && kill -TERM "$c" 2>/dev/null' TERM; """
+    '"$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; '
+    'code=0; wait "$c" || code=$?; '
+    'while kill -0 "$c" 2>/dev/null; do code=0; wait "$c" || code=$?; done; '
+    f'if [ "$code" -eq {REQUEUE_CODE} ] && [ -n "${{MLDIST_REQUEUE_MARK:-}}" ]; then '
+    ': >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; '
+    'exit "$code"'
 )
 
 
@@ -223,6 +234,9 @@ def render(s: JobSpec) -> str:
         'export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"',
         f'job_id="${{{id_var}:-local}}"',
         'mkdir -p "$MLDIST_JOB_DIR"',
+        # Ranks that exit with the requeue code leave a marker here (see RANK_WRAPPER).
+        'export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"',
+        'rm -f -- "$MLDIST_REQUEUE_MARK".rank-*',
         *_environment(s),
         "{",
         '  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"',
@@ -254,6 +268,11 @@ def render(s: JobSpec) -> str:
     ]
     if timer:
         lines.append('kill "$watcher" 2>/dev/null')
+    lines += [
+        'for mark in "$MLDIST_REQUEUE_MARK".rank-*; do',
+        f'  if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code={REQUEUE_CODE}; fi',
+        "done",
+    ]
     if s.requeue:
         lines += [
             f'if [ "$code" -eq {REQUEUE_CODE} ]; then',
