@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,27 @@ def test_open_mpi_mpiexec_with_host_discovery_over_mpi4py() -> None:
     rows = _results(res.stdout)
     assert [(r["rank"], r["size"], r["launcher"]) for r in rows] == [(0, 2, "openmpi"), (1, 2, "openmpi")]
     assert {r["sum"] for r in rows} == {11.0}
+
+
+def test_sigterm_stops_initialised_workers_before_the_grace(tmp_path: Path) -> None:
+    """TensorFlow's coordination service swallows SIGTERM; after init() it must stop a worker again."""
+    ready = tmp_path / "ready"
+    script = f"import mldist, time; mldist.init(); open({str(ready)!r}, 'a').write('up\\n'); time.sleep(300)"
+    proc = subprocess.Popen(
+        [PY, "-m", "mldist", "run", "-n", "2", "--grace", "60", "--", PY, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    deadline = time.monotonic() + 120
+    while not (ready.exists() and len(ready.read_text().splitlines()) == 2):
+        assert time.monotonic() < deadline and proc.poll() is None, "workers did not initialise"
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    took = time.monotonic() - t0
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert took < 15, (took, err[-2000:])  # not the 60 s grace
+    assert "after the grace period" not in err

@@ -15,7 +15,9 @@ Example::
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from types import TracebackType
@@ -126,7 +128,15 @@ def _start_collectives(tf: Any, spec: ClusterSpec, communication: str, has_gpu: 
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=impl.NCCL if communication == "nccl" else impl.RING
     )
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options), communication
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if previous is not None:
+        # TensorFlow's coordination service installs a SIGTERM handler that only logs, so a
+        # worker would ignore scancel, `mldist run`'s forwarding and every launcher's stop
+        # until SIGKILL. Put back what was there (mldist.preempt installs its own later).
+        signal.signal(signal.SIGTERM, previous)
+    return strategy, communication
 
 
 #: TensorFlow collective failures, recognised by a fragment of their message.
