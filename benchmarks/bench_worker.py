@@ -1,8 +1,10 @@
 """One benchmark process: Keras fit of the example CNN on MNIST-shaped random data.
 
-Usage: bench_worker.py {plain,mldist,allreduce} --threads T --steps S [--warmup W] [--one-core]
-Prints ``RESULT {json}`` with this process's images per second over the timed steps;
-``allreduce`` instead times mldist.allreduce of the CNN's gradient size and of 1,000 floats.
+Usage: bench_worker.py {plain,mldist,mldist-tiny,allreduce} --threads T --steps S [--warmup W] [--one-core]
+Prints ``RESULT {json}`` with this process's images per second over the timed steps.
+``mldist-tiny`` all-reduces 4 bytes per step instead of the gradient (each rank applies its
+own gradient): the fixed cost of having any collective in the step. ``allreduce`` instead
+times mldist.allreduce of the CNN's gradient size and of 1,000 floats.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import os
 import time
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=("plain", "mldist", "allreduce"))
+p.add_argument("mode", choices=("plain", "mldist", "mldist-tiny", "allreduce"))
 p.add_argument("--threads", type=int, required=True)
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--warmup", type=int, default=15)
 p.add_argument("--batch", type=int, default=64)
 p.add_argument("--one-core", action="store_true", help="pin this process to CPU 0")
+p.add_argument("--core", type=int, default=0, help="the CPU --one-core pins to")
 args = p.parse_args()
 if args.one_core:
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[args.core]})
 
 rank, size = 0, 1
 if args.mode != "plain":
@@ -49,7 +52,17 @@ model = keras.Sequential(
         keras.layers.Dense(10, activation="softmax"),
     ]
 )
-opt = keras.optimizers.SGD(0.01)
+
+
+class TinySync(keras.optimizers.SGD):  # type: ignore[misc]
+    """SGD whose step waits for a 4-byte all-reduce: a collective's cost without the bytes."""
+
+    def apply(self, grads: list[tf.Tensor], trainable_variables: object = None) -> object:
+        s = mldist.allreduce(tf.reshape(tf.reduce_sum(grads[0]), [1]))
+        return super().apply([g + 0.0 * s[0] for g in grads], trainable_variables)
+
+
+opt = TinySync(0.01) if args.mode == "mldist-tiny" else keras.optimizers.SGD(0.01)
 callbacks: list[keras.callbacks.Callback] = []
 if args.mode == "mldist":
     opt = mldist.keras.DistributedOptimizer(opt)

@@ -1,6 +1,6 @@
 """Throughput of mldist against plain Keras, measured side by side in one run.
 
-    python benchmarks/throughput.py [--repeats 2] [--steps 60]
+    python benchmarks/throughput.py [--repeats 3] [--steps 60]
 
 Goals (issue: training engine): 1 worker with mldist >= 0.97 of plain Keras fit;
 2 workers x 1 thread >= 0.90 weak-scaling efficiency against 1 worker x 1 thread.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
+APART = "plain, 2 processes x 1 thread apart"
 
 
 def run_rows(cmd: list[str], env_extra: dict[str, str]) -> list[dict[str, float]]:
@@ -35,9 +36,25 @@ def measure(cmd: list[str], env_extra: dict[str, str]) -> list[float]:
     return [float(r["images_per_second"]) for r in run_rows(cmd, env_extra)]
 
 
+def measure_apart(cmds: list[list[str]], env_extra: dict[str, str]) -> list[float]:
+    """Independent processes at the same time (no communication): what the cores give."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLDIST_", "SLURM_", "OMPI_", "PMI_"))}
+    env.update(env_extra)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) for c in cmds]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"benchmark run failed: {cmds[0]}")
+    return [
+        float(json.loads(line.split("RESULT ", 1)[1])["images_per_second"])
+        for o in outs
+        for line in o.splitlines()
+        if "RESULT " in line
+    ]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--steps", type=int, default=60)
     args = p.parse_args()
     worker = [PY, str(HERE / "bench_worker.py")]
@@ -68,10 +85,16 @@ def main() -> None:
             one,
         ),
     }
-    samples: dict[str, list[float]] = {name: [] for name in configs}
+    run2 = [PY, "-m", "mldist", "run", "-n", "2", "--cpu-bind", "cores", "--"]
+    configs["mldist, 2 workers x 1 thread, 4-byte collective"] = (
+        [*run2, *worker, "mldist-tiny", "--threads", "1", *steps],
+        one,
+    )
+    apart = [[*worker, "plain", "--threads", "1", "--one-core", "--core", str(c), *steps] for c in (0, 1)]
+    samples: dict[str, list[float]] = {name: [] for name in [*configs, APART]}
     for rep in range(args.repeats):
-        for name, (cmd, env) in configs.items():
-            ips = measure(cmd, env)
+        for name, (cmd, env) in [*configs.items(), (APART, ([], one))]:
+            ips = measure_apart(apart, env) if name == APART else measure(cmd, env)
             samples[name].append(sum(ips) / len(ips))  # per-worker images/s
             print(f"repeat {rep + 1}: {name:32s} {samples[name][-1]:8.1f} images/s per worker", flush=True)
     med = {name: statistics.median(v) for name, v in samples.items()}
@@ -80,8 +103,11 @@ def main() -> None:
     print()
     print(f"1 worker mldist / plain Keras fit:          {overhead:.3f}  (goal >= 0.97)")
     print(f"weak scaling, 2x1 thread vs 1x1 thread:     {weak:.3f}  (goal >= 0.90)")
-    # Where the time goes: one step's compute against the collective alone.
-    run2 = [PY, "-m", "mldist", "run", "-n", "2", "--cpu-bind", "cores", "--"]
+    # Where the time goes: the cores alone, a collective's fixed cost, the collective alone.
+    solo = med["mldist, 1 worker x 1 thread"]
+    print(f"  2 plain processes x 1 thread, apart:      {med[APART] / solo:.3f}  (what the two cores give)")
+    tiny = med["mldist, 2 workers x 1 thread, 4-byte collective"]
+    print(f"  2 workers, 4-byte collective per step:    {tiny / solo:.3f}  (fixed cost of a collective in the step)")
     (ar, *_) = run_rows([*run2, *worker, "allreduce", "--threads", "1", *steps], one)
     step_1 = 64 / med["mldist, 1 worker x 1 thread"] * 1e3
     step_2 = 64 / med["mldist, 2 workers x 1 thread"] * 1e3
