@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PY, clean_env, mldist, processes_with
+from mldist.launch import RunConfig, worker_env
 
 
 def _sleeper(tag: str) -> str:
@@ -120,3 +121,11 @@ def test_cpu_bind_cores_gives_disjoint_cpu_sets() -> None:
     sets = [set(json.loads(line.split(" ", 1)[1])) for line in res.stdout.splitlines()]
     assert len(sets) == 2 and all(sets)
     assert not sets[0] & sets[1]
+
+
+def test_worker_env_quiets_tensorflow_unless_the_user_chose() -> None:
+    cfg = RunConfig(nprocs=2, command=("python",))
+    env = worker_env({"TF_CONFIG": "{}"}, cfg, 1, ["127.0.0.1:1", "127.0.0.1:2"], "run")
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "1" and "TF_CONFIG" not in env and env["MLDIST_RANK"] == "1"
+    mine = worker_env({"TF_CPP_MIN_LOG_LEVEL": "0"}, cfg, 0, ["127.0.0.1:1", "127.0.0.1:2"], "run")
+    assert mine["TF_CPP_MIN_LOG_LEVEL"] == "0"
