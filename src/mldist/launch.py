@@ -128,7 +128,7 @@ def worker_env(
         MLDIST_RESTART=str(restart),
     )
     env.setdefault("PYTHONUNBUFFERED", "1")
-    # TensorFlow's import-time INFO lines, once per rank, bury the training output; yours win.
+    # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     return env
 
