@@ -163,7 +163,6 @@ def latest_valid(directory: Path) -> tuple[dict[str, Any], dict[str, Any]] | Non
             return read_checkpoint(path)
         except CheckpointError as exc:
             warnings.warn(f"mldist: skipping damaged checkpoint: {exc}", stacklevel=2)
-            print(f"mldist: skipping damaged checkpoint: {exc}", file=sys.stderr, flush=True)
     return None
 
 
