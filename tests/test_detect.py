@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from mldist.detect import detect, slurm_rank_nodes
 from mldist.errors import DetectionError
-from mldist.hostlist import expand_hostlist, expand_tasks_per_node
+from mldist.placement.detect import detect, slurm_rank_nodes
+from mldist.placement.hostlist import expand_hostlist, expand_tasks_per_node
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "envs").glob("*.json"))
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from mldist.cli import _build_parser
-from mldist.cli_jobs import build_spec
+from mldist.cli import build_parser
+from mldist.cli.jobs import build_spec
 from mldist.errors import ConfigError
-from mldist.jobs.scheduler import detect_scheduler, parse_job_id, parse_status
-from mldist.jobs.sites import load_sites, site_profile
-from mldist.jobs.spec import parse_time
+from mldist.launch.batch.schedulers import detect_scheduler, parse_job_id, parse_status
+from mldist.launch.batch.sites import load_sites, site_profile
+from mldist.launch.batch.spec import parse_time
 
 
 def _which(*present: str):  # type: ignore[no-untyped-def]
@@ -68,7 +68,7 @@ def test_site_files_override_and_are_checked(tmp_path: Path) -> None:
 
 
 def _args(*argv: str) -> argparse.Namespace:
-    return _build_parser().parse_args(["submit", *argv])
+    return build_parser()[0].parse_args(["submit", *argv])
 
 
 def test_cli_options_override_the_site_and_env_merges(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PY, clean_env, mldist, processes_with
-from mldist.launch import RunConfig, worker_env
+from mldist.launch.local import RunConfig, worker_env
 
 
 def _sleeper(tag: str) -> str:

@@ -26,8 +26,8 @@ import pytest
 
 from conftest import clean_env
 from mldist.errors import ConfigError
-from mldist.jobs.render import RANK_WRAPPER, render
-from mldist.jobs.spec import JobSpec
+from mldist.launch.batch.render import RANK_WRAPPER, render
+from mldist.launch.batch.spec import JobSpec
 
 pytestmark = pytest.mark.slow  # ~20 s: some 70 scripts run, two of them wait for a 3 s timer
 

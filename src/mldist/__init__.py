@@ -1,5 +1,8 @@
 """mldist: data-parallel TensorFlow/Keras from one CPU to many GPUs on HPC clusters.
 
+``import mldist`` stays free of TensorFlow; ``mldist.keras``, ``mldist.data``
+and ``mldist.preempt`` are imported on first access.
+
 Example::
 
     import mldist
@@ -9,12 +12,17 @@ Example::
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from .checkpoint import CheckpointManager
-from .collectives import allgather, allreduce, broadcast
 from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
-from .gradients import DistributedGradientTape
 from .runtime import (
     Context,
+    DistributedGradientTape,
+    allgather,
+    allreduce,
+    broadcast,
     context,
     init,
     is_chief,
@@ -26,6 +34,9 @@ from .runtime import (
 )
 
 __version__ = "0.1.0"
+
+#: Submodules reachable as attributes after a plain ``import mldist``, imported on first use.
+_LAZY = ("keras", "data", "preempt")
 
 __all__ = [
     "CheckpointError",
@@ -50,3 +61,9 @@ __all__ = [
     "size",
     "strategy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'mldist' has no attribute {name!r}")

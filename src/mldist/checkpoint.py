@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from . import runtime
-from .collectives import broadcast
 from .errors import CheckpointError
+from .files import atomic_write, fsync_dir
+from .runtime import broadcast
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d+)$")
@@ -67,21 +68,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def write_checkpoint(directory: Path, step: int, arrays: dict[str, Any], manifest: dict[str, Any]) -> Path:
     """Write ``ckpt-<step>`` atomically: temp directory, fsync, rename, fsync the parent.
 
@@ -107,9 +93,8 @@ def write_checkpoint(directory: Path, step: int, arrays: dict[str, Any], manifes
     tmp = directory / f".tmp-ckpt-{step:010d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    _write(tmp / STATE, state)
-    _write(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
-    fsync_dir(tmp)
+    atomic_write(tmp / STATE, state)
+    atomic_write(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
     if final.exists():  # the same step saved again (e.g. preempted right after a save)
         old = directory / f".old-{final.name}-{os.getpid()}"
         final.rename(old)

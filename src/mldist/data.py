@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import runtime
-from .collectives import allreduce
 from .errors import ConfigError
+from .runtime import allreduce
 
 
 def equal_steps(counts: Sequence[int], batch_size: int) -> int:

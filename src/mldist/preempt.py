@@ -3,8 +3,8 @@
 Slurm (``--signal``), PBS/Cobalt (the watcher in mldist's batch scripts) and
 ``mldist run`` deliver the signal to the workers, possibly during different
 steps on different ranks. The handler only sets a flag; :func:`agreed`
-combines the flags of all ranks with a max-allreduce, so every rank decides
-to stop at the same step.
+sums the flags of all ranks in one all-reduce, so every rank decides to stop
+at the same step (any rank's signal stops all).
 
 Example::
 
@@ -26,6 +26,7 @@ from typing import Any
 
 from . import runtime
 from .errors import REQUEUE_CODE
+from .runtime import allreduce
 
 __all__ = ["REQUEUE_CODE", "agreed", "install", "requested", "uninstall", "watch"]
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -36,7 +37,8 @@ _received: list[int] = []
 def _on_signal(signum: int, _frame: Any) -> None:
     if not _received:
         name = signal.Signals(signum).name
-        who = f"rank {runtime._ctx.rank}" if runtime._ctx is not None else "worker"
+        ctx = runtime.current()
+        who = f"rank {ctx.rank}" if ctx is not None else "worker"
         message = f"mldist: {who}: got {name}; saving at the next step boundary"
         print(message, file=sys.stderr, flush=True)
     _received.append(signum)
@@ -50,8 +52,6 @@ def requested() -> bool:
 def agreed() -> bool:
     """Whether any rank got the signal (a collective: call it at the same step on every rank)."""
     import tensorflow as tf
-
-    from .collectives import allreduce
 
     if runtime.size() == 1:
         return requested()

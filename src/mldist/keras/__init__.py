@@ -11,7 +11,7 @@ Example::
 
 from __future__ import annotations
 
-from ..gradients import average_gradients
+from ..runtime import average_gradients
 from .callbacks import (
     AverageMetrics,
     BroadcastInitialState,

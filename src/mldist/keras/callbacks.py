@@ -17,8 +17,8 @@ from typing import Any
 import keras
 
 from .. import runtime
-from ..collectives import allgather, allreduce, broadcast
 from ..errors import ConfigError
+from ..runtime import allgather, allreduce, broadcast, compat
 
 RULES = ("linear", "sqrt")
 
@@ -155,7 +155,7 @@ class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._size = runtime.init().size
         opt = self.model.optimizer
-        if isinstance(opt._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        if compat.learning_rate_is_schedule(opt):
             raise ConfigError("LearningRateWarmup needs a constant learning rate, not a schedule")
         if self.target_lr is None:
             self.target_lr = float(keras.ops.convert_to_numpy(opt.learning_rate))

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import keras
 
 from .. import data, preempt, runtime
-from ..checkpoint import CheckpointManager, fsync_dir
-from ..collectives import allreduce
+from ..checkpoint import CheckpointManager
 from ..errors import ConfigError
+from ..files import replace_durably
+from ..runtime import allreduce, compat
 
 
 def _say(message: str) -> None:
@@ -145,7 +145,7 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
             _say(f"resuming from checkpoint step {step} at the start of epoch {epoch}")
         self._epoch = epoch
         # The mechanism Keras's own BackupAndRestore uses: fit starts at this epoch.
-        self.model._initial_epoch = epoch
+        compat.set_initial_epoch(self.model, epoch)
 
     # -- callbacks ----------------------------------------------------------------------------
 
@@ -206,13 +206,10 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         preempt.uninstall(self._handlers)
-        self.model._initial_epoch = None
+        compat.set_initial_epoch(self.model, None)
         if self.final_model and runtime.is_chief():
             directory = self.manager.directory
             directory.mkdir(parents=True, exist_ok=True)
             tmp = directory / f".tmp-{os.getpid()}-{self.final_model}"
-            self.model.save(tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, directory / self.final_model)
-            fsync_dir(Path(directory))
+            self.model.save(tmp)  # Keras wants the .keras suffix, so not files.atomic_write
+            replace_durably(tmp, directory / self.final_model)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import runtime
-from ..collectives import DEFAULT_BUCKET_BYTES
-from ..errors import ConfigError
-from ..gradients import average_gradients
+from ..runtime import compat
+from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_compression
+from ..runtime.gradients import average_gradients
 
 
 class _DistributedKeras3:
@@ -47,10 +47,6 @@ class _DistributedLegacy:
         )
 
 
-def _is_legacy(optimizer: Any) -> bool:
-    return type(optimizer).__module__.startswith(("tf_keras", "keras.src.optimizers.legacy", "tensorflow"))
-
-
 def DistributedOptimizer(
     optimizer: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None
 ) -> Any:
@@ -72,12 +68,11 @@ def DistributedOptimizer(
     from .callbacks import quiet_unless_chief
 
     runtime.init()
-    if compression not in (None, "fp16"):
-        raise ConfigError(f"compression={compression!r}: use None or 'fp16'")
+    check_compression(compression)
     cls = type(optimizer)
     if getattr(cls, "_mldist_distributed", False):
         return optimizer
-    mixin = _DistributedLegacy if _is_legacy(optimizer) else _DistributedKeras3
+    mixin = _DistributedLegacy if compat.is_legacy_optimizer(optimizer) else _DistributedKeras3
     wrapped: Any = type(
         cls.__name__,
         (mixin, cls),

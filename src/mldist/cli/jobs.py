@@ -12,18 +12,16 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .jobs.records import cancel, follow, job_status, list_records, load_record, submit
-from .jobs.render import render
-from .jobs.scheduler import detect_scheduler
-from .jobs.sites import site_profile
-from .jobs.spec import SCHEDULERS, JobSpec
-
-Handler = Callable[[argparse.Namespace], int]
+from ..errors import ConfigError
+from ..launch.batch.records import cancel, follow, job_status, list_records, load_record, submit
+from ..launch.batch.render import render
+from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
+from ..launch.batch.sites import site_profile
+from ..launch.batch.spec import JobSpec
+from .common import Handler, add_command, command_after_dashes, count
 
 SUBMIT_EXAMPLE = """\
 example:
@@ -44,31 +42,30 @@ def _env_pair(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _count(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+def register(sub: Any) -> dict[str, Handler]:
+    """Add ``submit``, ``status``, ``cancel`` and ``logs`` to the subcommands; their handlers by name."""
+    _add_submit(sub)
+    _add_follow_up(sub)
+    return {"submit": _cmd_submit, "status": _cmd_status, "cancel": _cmd_cancel, "logs": _cmd_logs}
 
 
-def add_commands(sub: Any, formatter: type[argparse.HelpFormatter]) -> dict[str, Handler]:
-    """Register the job commands on ``sub``; returns their handlers."""
-    p = sub.add_parser(
+def _add_submit(sub: Any) -> None:
+    p = add_command(
+        sub,
         "submit",
-        help="write, submit and record a batch job (Slurm, PBS Pro, Cobalt)",
-        description="Render a batch script for COMMAND, submit it, print the job id and log directory.",
-        epilog=SUBMIT_EXAMPLE,
-        formatter_class=formatter,
+        "write, submit and record a batch job (Slurm, PBS Pro, Cobalt)",
+        SUBMIT_EXAMPLE,
+        "Render a batch script for COMMAND, submit it, print the job id and log directory.",
     )
-    p.add_argument("--scheduler", choices=SCHEDULERS, help="default: the site's, else detected")
+    p.add_argument("--scheduler", choices=list(SCHEDULERS), help="default: the site's, else detected")
     p.add_argument("--site", help="a site profile (built-in, ~/.config/mldist/sites.toml, ./mldist-sites.toml)")
     for flag, kind, text in (
-        ("--nodes", _count, "nodes (default 1)"),
-        ("--tasks-per-node", _count, "tasks per node (default: one per GPU, else 1)"),
-        ("--gpus-per-node", _count, "GPUs per node"),
-        ("--cpus-per-task", _count, "CPUs per task (threads per rank)"),
-        ("--hyperthreads", _count, "aprun -j (Cobalt)"),
-        ("--grace", _count, "seconds between the requeue signal and the time limit (default 90)"),
+        ("--nodes", count(1), "nodes (default 1)"),
+        ("--tasks-per-node", count(1), "tasks per node (default: one per GPU, else 1)"),
+        ("--gpus-per-node", count(0), "GPUs per node"),
+        ("--cpus-per-task", count(1), "CPUs per task (threads per rank)"),
+        ("--hyperthreads", count(1), "aprun -j (Cobalt)"),
+        ("--grace", count(0), "seconds between the requeue signal and the time limit (default 90)"),
     ):
         p.add_argument(flag, type=kind, help=text)
     for flag, text in (
@@ -94,27 +91,23 @@ def add_commands(sub: Any, formatter: type[argparse.HelpFormatter]) -> dict[str,
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
 
-    s = sub.add_parser(
+
+def _add_follow_up(sub: Any) -> None:
+    s = add_command(
+        sub,
         "status",
-        help="state of a job, or of all jobs submitted with mldist",
-        epilog="example:\n  mldist status 4242\n  mldist status",
-        formatter_class=formatter,
+        "state of a job, or of all jobs submitted with mldist",
+        "example:\n  mldist status 4242\n  mldist status",
     )
     s.add_argument("job", nargs="?", help="job id (default: every recorded job)")
-    c = sub.add_parser(
-        "cancel", help="cancel a job", epilog="example:\n  mldist cancel 4242", formatter_class=formatter
-    )
+    c = add_command(sub, "cancel", "cancel a job", "example:\n  mldist cancel 4242")
     c.add_argument("job", help="job id")
-    lg = sub.add_parser(
-        "logs",
-        help="print a job's batch log or one rank's log",
-        epilog="example:\n  mldist logs 4242 --rank 1 --follow",
-        formatter_class=formatter,
+    lg = add_command(
+        sub, "logs", "print a job's batch log or one rank's log", "example:\n  mldist logs 4242 --rank 1 --follow"
     )
     lg.add_argument("job", help="job id")
-    lg.add_argument("--rank", type=_count, help="this rank's log instead of the batch log")
+    lg.add_argument("--rank", type=count(0), help="this rank's log instead of the batch log")
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
-    return {"submit": _cmd_submit, "status": _cmd_status, "cancel": _cmd_cancel, "logs": _cmd_logs}
 
 
 def _probe(argv: list[str]) -> str:
@@ -160,12 +153,7 @@ def build_spec(args: argparse.Namespace, command: list[str], now: float | None =
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise ConfigError("missing COMMAND, e.g. mldist submit --nodes 2 -- python train.py")
-    spec = build_spec(args, cmd)
+    spec = build_spec(args, command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"))
     if args.dry_run:
         sys.stdout.write(render(spec))
         return 0

@@ -24,13 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from ..errors import ConfigError, LaunchError
+from ...errors import ConfigError, LaunchError
+from ...files import atomic_write
 from .render import render
-from .scheduler import JobStatus, cancel_argv, parse_job_id, parse_status, status_argv, submit_argv
+from .schedulers import JobStatus, parse_job_id, parse_status, scheduler
 from .spec import JobSpec
-
-#: Batch-script log of each scheduler, relative to the output directory.
-BATCH_LOG = {"slurm": "job-{id}.out", "pbs": "job.out", "cobalt": "job.output"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,7 @@ class JobRecord:
 
     def log_path(self, rank: int | None = None) -> Path:
         """The batch log, or rank ``rank``'s log."""
-        name = f"rank-{rank}.log" if rank is not None else BATCH_LOG[self.scheduler].format(id=self.job_id)
+        name = f"rank-{rank}.log" if rank is not None else scheduler(self.scheduler).batch_log.format(id=self.job_id)
         return Path(self.output_dir) / name
 
 
@@ -57,17 +55,6 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
         return Path(env["MLDIST_STATE_DIR"])
     base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
     return Path(base) / "mldist"
-
-
-def _atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def _index_path(job_id: str, env: Mapping[str, str] | None) -> Path:
@@ -93,8 +80,8 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
     """Write the script into the output directory, submit it and record the job."""
     out = Path(spec.output_dir)
     script = out / "job.sh"
-    _atomic_write(script, render(spec), 0o755)
-    argv = submit_argv(spec.scheduler, str(script))
+    atomic_write(script, render(spec), 0o755)
+    argv = scheduler(spec.scheduler).submit(str(script))
     res = run_command(argv)
     if res.returncode != 0:
         raise LaunchError(f"{argv[0]} refused the job: {_last_line(res.stderr or res.stdout)}")
@@ -107,8 +94,8 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
         spec.command,
     )
     text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
-    _atomic_write(out / "job.json", text)
-    _atomic_write(_index_path(record.job_id, env), text)
+    atomic_write(out / "job.json", text)
+    atomic_write(_index_path(record.job_id, env), text)
     return record
 
 
@@ -139,13 +126,13 @@ def list_records(env: Mapping[str, str] | None = None) -> list[JobRecord]:
 
 def job_status(record: JobRecord) -> JobStatus:
     """Ask the scheduler for a job's state."""
-    res = run_command(status_argv(record.scheduler, record.job_id))
+    res = run_command(scheduler(record.scheduler).status(record.job_id))
     return parse_status(record.scheduler, record.job_id, res.stdout if res.returncode == 0 else "")
 
 
 def cancel(record: JobRecord) -> None:
     """Cancel a job."""
-    argv = cancel_argv(record.scheduler, record.job_id)
+    argv = scheduler(record.scheduler).cancel(record.job_id)
     res = run_command(argv)
     if res.returncode != 0:
         raise LaunchError(f"{argv[0]} {record.job_id} failed: {_last_line(res.stderr or res.stdout)}")

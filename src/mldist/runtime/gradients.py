@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import runtime
+from ..errors import ConfigError
+from . import compat
+from . import context as runtime
 from .collectives import DEFAULT_BUCKET_BYTES, allreduce
-from .errors import ConfigError
 
 XLA_CPU_FIX = (
     "XLA cannot compile the RING collectives mldist uses between CPU workers "
@@ -23,12 +24,9 @@ XLA_CPU_FIX = (
 
 
 def _check_not_xla_on_cpu() -> None:
-    import tensorflow as tf
-    from tensorflow.python.ops import control_flow_util
-
-    if tf.executing_eagerly() or runtime.context().communication == "nccl":
+    if runtime.context().communication == "nccl":
         return
-    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+    if compat.compiling_with_xla():
         raise ConfigError(XLA_CPU_FIX)
 
 

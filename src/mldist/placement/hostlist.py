@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import DetectionError
+from ..errors import DetectionError
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 from .spec import spec_fields
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover - Python 3.10
+else:  # Python 3.10: the same parser from PyPI (a declared dependency there)
     import tomli as tomllib
 
 _LIBFABRIC = {
@@ -38,7 +38,7 @@ _LIBFABRIC = {
     "FI_CXI_DEFAULT_CQ_SIZE": "131072",
 }
 
-#: Built-in profiles, from ../shared/notes/site-settings.md (centre documentation 2024-2026).
+#: Built-in profiles, from the centres' user documentation (2024-2026); verify against your site.
 BUILTIN: dict[str, dict[str, Any]] = {
     "polaris": {
         "scheduler": "pbs",

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from .errors import REQUEUE_CODE, ConfigError, LaunchError
+from ..errors import REQUEUE_CODE, ConfigError, LaunchError
+from ..placement.resources import cpu_probe
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -104,7 +105,7 @@ def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
 def worker_env(
     base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
 ) -> dict[str, str]:
-    """The environment of worker ``rank``: what ``mldist.detect`` reads.
+    """The environment of worker ``rank``: what ``mldist.placement.detect`` reads.
 
     Args:
         base: the launcher's environment.
@@ -171,8 +172,7 @@ class _Group:
     def start(self) -> None:
         cfg, run_id = self.cfg, uuid.uuid4().hex[:12]
         workers = [f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)]
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-        sets = cpu_sets(cpus, cfg.nprocs) if cfg.cpu_bind == "cores" and cpus else None
+        sets = cpu_sets(cpu_probe().allowed, cfg.nprocs) if cfg.cpu_bind == "cores" else None
         if cfg.log_dir:
             os.makedirs(cfg.log_dir, exist_ok=True)
         for rank in range(cfg.nprocs):

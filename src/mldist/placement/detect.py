@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .errors import DetectionError
+from ..errors import DetectionError
 from .hostlist import expand_hostlist, expand_tasks_per_node
 
 Env = Mapping[str, str]

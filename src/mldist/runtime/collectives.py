@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import runtime
-from .errors import ConfigError
+from ..errors import ConfigError
+from . import context as runtime
+from . import tf_engine
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
@@ -73,34 +74,29 @@ def _tf() -> Any:
     return tf
 
 
-def _check(op: str, compression: str | None) -> None:
-    if op not in OPS:
-        raise ConfigError(f"op={op!r} is not one of {', '.join(OPS)}")
+def check_compression(compression: str | None) -> None:
+    """Raise ConfigError unless ``compression`` is one of :data:`COMPRESSIONS`.
+
+    Example:
+        >>> check_compression("fp16")
+    """
     if compression not in COMPRESSIONS:
         raise ConfigError(f"compression={compression!r}: use None or 'fp16'")
 
 
+def _check(op: str, compression: str | None) -> None:
+    if op not in OPS:
+        raise ConfigError(f"op={op!r} is not one of {', '.join(OPS)}")
+    check_compression(compression)
+
+
 def _sum_tensors(tensors: list[Any]) -> list[Any]:
-    """One SUM collective per tensor of ``tensors`` (already fused)."""
-    tf = _tf()
-    strategy = runtime.strategy()
-    with tf.device(strategy.extended.worker_devices[0]):
-        placed = [tf.identity(t) for t in tensors]
-    sum_op = tf.distribute.ReduceOp.SUM
-
-    def reduce_each(*values: Any) -> list[Any]:
-        ctx = tf.distribute.get_replica_context()
-        return [ctx.all_reduce(sum_op, v) for v in values]
-
-    return list(strategy.run(reduce_each, args=tuple(placed)))
+    """One SUM collective per tensor of ``tensors`` (already fused), on this run's engine."""
+    return tf_engine.sum_buffers(runtime.strategy(), tensors)
 
 
 def _gather_tensor(tensor: Any) -> Any:
-    tf = _tf()
-    strategy = runtime.strategy()
-    with tf.device(strategy.extended.worker_devices[0]):
-        placed = tf.identity(tensor)
-    return strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,))
+    return tf_engine.gather(runtime.strategy(), tensor)
 
 
 def _fused_sum(flat: list[Any], bucket_bytes: int, compression: str | None, prescale: float) -> list[Any]:

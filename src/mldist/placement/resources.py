@@ -1,7 +1,8 @@
-"""Pure decisions about CPUs, GPUs and proxies for one worker.
+"""Decisions about CPUs, GPUs and proxies for one worker.
 
-``init`` applies them; ``mldist env`` prints them. Nothing here touches the
+``init`` applies them; ``mldist env`` prints them. Nothing here changes the
 process: inputs are numbers and environment mappings, outputs are plans.
+:func:`cpu_probe` is the one place that asks the OS which CPUs we may use.
 
 Example:
     >>> plan_threads(affinity=4, total=8, cpus_per_task=None, local_size=2)
@@ -10,10 +11,11 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,72 @@ def plan_threads(affinity: int, total: int, cpus_per_task: int | None, local_siz
     else:
         cpus, source = max(1, total // max(1, local_size)), f"{total} cores / {local_size} ranks"
     return ThreadPlan(cpus, cpus, 2 if cpus >= 4 else 1, source)
+
+
+@dataclass(frozen=True)
+class CpuProbe:
+    """The CPUs of this node and those this process may run on.
+
+    Args:
+        total: CPUs of the node.
+        allowed: CPU ids in this process's affinity mask.
+    """
+
+    total: int
+    allowed: tuple[int, ...]
+
+    @property
+    def pinned(self) -> bool:
+        """Whether a launcher narrowed the affinity mask below the whole node."""
+        return len(self.allowed) < self.total
+
+
+def cpu_probe() -> CpuProbe:
+    """Ask the OS for this node's CPUs and this process's affinity mask.
+
+    Example:
+        >>> p = cpu_probe()
+        >>> 1 <= len(p.allowed) <= p.total
+        True
+    """
+    total = os.cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return CpuProbe(total, tuple(sorted(os.sched_getaffinity(0))))
+    return CpuProbe(total, tuple(range(total)))
+
+
+#: Where a rank's CPU count may be given, first one set wins.
+CPUS_PER_TASK_VARS = ("MLDIST_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")
+
+
+def cpus_per_task(env: Mapping[str, str]) -> int | None:
+    """The first positive integer among :data:`CPUS_PER_TASK_VARS`; others are ignored.
+
+    Example:
+        >>> cpus_per_task({"SLURM_CPUS_PER_TASK": "x", "OMP_NUM_THREADS": "4"})
+        4
+    """
+    for name in CPUS_PER_TASK_VARS:
+        raw = env.get(name, "")
+        if raw.isascii() and raw.isdigit() and int(raw) > 0:
+            return int(raw)
+    return None
+
+
+def thread_plan(env: Mapping[str, str], local_size: int, probe: CpuProbe | None = None) -> ThreadPlan:
+    """This rank's thread plan from its environment and CPUs: what ``init`` applies and ``mldist env`` shows.
+
+    Args:
+        env: the rank's environment.
+        local_size: ranks on this node.
+        probe: the CPUs (default: :func:`cpu_probe`).
+
+    Example:
+        >>> thread_plan({}, 2, CpuProbe(8, tuple(range(8)))).cpus
+        4
+    """
+    p = probe or cpu_probe()
+    return plan_threads(len(p.allowed), p.total, cpus_per_task(env), local_size)
 
 
 def openmp_defaults(plan: ThreadPlan, pinned: bool) -> dict[str, str]:

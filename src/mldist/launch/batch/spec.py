@@ -17,15 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
-SCHEDULERS = ("slurm", "pbs", "cobalt")
-
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
-_WORD = re.compile(r"^[A-Za-z0-9_.:,+=@/-]+$")
-_MEM = re.compile(r"^\d+[KMGT]?B?$", re.IGNORECASE)
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+# Matched with fullmatch: a trailing newline must not pass (it would end a directive line).
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+_WORD = re.compile(r"[A-Za-z0-9_.:,+=@/-]+")
+_MEM = re.compile(r"\d+[KMGT]?B?", re.IGNORECASE)
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def parse_time(text: str) -> int:
@@ -35,7 +34,7 @@ def parse_time(text: str) -> int:
         >>> parse_time("90"), parse_time("1:00:00"), parse_time("1-00:00:00")
         (5400, 3600, 86400)
     """
-    m = _TIME.match(text.strip())
+    m = _TIME.fullmatch(text.strip())
     if not m:
         raise ConfigError(f"--time {text!r} is not M, H:MM:SS or D-HH:MM:SS (e.g. 2:00:00)")
     days, a, b, c = (int(g) if g else None for g in m.groups())
@@ -132,13 +131,14 @@ class JobSpec:
 
 
 def _check(value: str | None, pattern: re.Pattern[str], what: str, hint: str) -> None:
-    if value is not None and not pattern.match(value):
+    if value is not None and not pattern.fullmatch(value):
         raise ConfigError(f"{what} {value!r} is refused: {hint}")
 
 
 def _directive_path(path: str, scheduler: str) -> None:
-    bad = ['"', "\\", "%", "\n", "\r", "\0"] + ([" ", "\t", "#", "'"] if scheduler != "slurm" else [])
-    found = [c for c in bad if c in path]
+    from .schedulers import scheduler as record  # the records import this module
+
+    found = [c for c in record(scheduler).path_forbidden if c in path]
     if found:
         raise ConfigError(
             f"--output-dir {path!r} has {found[0]!r}, which {scheduler} directives cannot carry; choose a plainer path"
@@ -146,8 +146,6 @@ def _directive_path(path: str, scheduler: str) -> None:
 
 
 def _validate(s: JobSpec) -> None:
-    if s.scheduler not in SCHEDULERS:
-        raise ConfigError(f"--scheduler {s.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
     if not s.command:
         raise ConfigError("no command given: mldist submit -- python train.py")
     if s.gpus_per_node < 0:  # checked first: the default tasks per node is derived from it
@@ -164,7 +162,7 @@ def _validate(s: JobSpec) -> None:
             raise ConfigError(f"{name} {opt} cannot be negative")
     if s.cpus_per_task is not None and s.cpus_per_task < 1:
         raise ConfigError(f"--cpus-per-task {s.cpus_per_task} must be at least 1")
-    if not _NAME.match(s.job_name):
+    if not _NAME.fullmatch(s.job_name):
         raise ConfigError(
             f"--job-name {s.job_name!r} is refused: use a letter, then letters, digits, '_', '.', '-' (max 64)"
         )
@@ -185,10 +183,10 @@ def _validate(s: JobSpec) -> None:
             raise ConfigError(f"--directive {d!r} is refused: directives are one line each")
     _directive_path(s.output_dir, s.scheduler)
     for key, _ in s.env:
-        if not _ENV_KEY.match(key):
+        if not _ENV_KEY.fullmatch(key):
             raise ConfigError(f"--env {key!r} is not a variable name (letters, digits, _)")
     for key in s.unset:
-        if not _ENV_KEY.match(key):
+        if not _ENV_KEY.fullmatch(key):
             raise ConfigError(f"unset {key!r} is not a variable name")
     if s.venv and s.conda:
         raise ConfigError("--venv and --conda exclude each other; pick one")

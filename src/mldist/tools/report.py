@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import os
 import platform
 import socket
 from collections.abc import Mapping
 from typing import Any
 
-from .cluster import build_cluster_spec
-from .detect import detect
-from .errors import MldistError
-from .resources import openmp_defaults, physical_gpu_id, plan_threads, proxy_settings
+from ..errors import MldistError
+from ..placement import build_cluster_spec, detect
+from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, proxy_settings, thread_plan
+from ..runtime.context import mpi_allgather_hosts
 
 #: Variables worth showing when present (prefix match).
 _SHOWN = (
@@ -82,14 +81,12 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
     try:
         placement = detect(env)
         report["placement"] = dataclasses.asdict(placement)
-        spec = build_cluster_spec(placement, env)
+        spec = build_cluster_spec(placement, env, mpi_allgather_hosts)
         report["workers"] = list(spec.workers) if spec.size > 1 else []
-        total = os.cpu_count() or 1
-        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
-        cpt = env.get("MLDIST_CPUS_PER_TASK") or env.get("SLURM_CPUS_PER_TASK") or env.get("OMP_NUM_THREADS")
-        plan = plan_threads(affinity, total, int(cpt) if cpt and cpt.isdigit() else None, spec.local_size)
-        report["threads"] = dataclasses.asdict(plan) | {"node_cpus": total, "affinity_cpus": affinity}
-        would = openmp_defaults(plan, affinity < total)
+        probe = cpu_probe()
+        plan = thread_plan(env, spec.local_size, probe)  # the very function init() uses
+        report["threads"] = dataclasses.asdict(plan) | {"node_cpus": probe.total, "affinity_cpus": len(probe.allowed)}
+        would = openmp_defaults(plan, probe.pinned)
         would |= proxy_settings(env, sorted({w.rpartition(":")[0] for w in spec.workers}))
         report["init_would_set"] = {k: v for k, v in would.items() if not env.get(k)}
     except MldistError as exc:

@@ -15,24 +15,16 @@ Example::
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
-from .cluster import ClusterSpec, build_cluster_spec, check_port_free
-from .detect import detect
-from .errors import ConfigError, MldistError, RuntimeStateError
-from .resources import (
-    ThreadPlan,
-    choose_gpu,
-    openmp_defaults,
-    plan_threads,
-    proxy_settings,
-)
+from ..errors import ConfigError, RuntimeStateError
+from ..placement import ClusterSpec, build_cluster_spec, detect, no_discovery
+from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
+from . import failures
 
 COMMUNICATIONS = ("auto", "ring", "nccl")
 
@@ -70,20 +62,13 @@ _ctx: Context | None = None
 _strategy: Any = None
 
 
-def _cpus_per_task(env: os._Environ[str] | dict[str, str]) -> int | None:
-    for name in ("MLDIST_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
-        raw = env.get(name, "")
-        if raw.isdigit() and int(raw) > 0:
-            return int(raw)
-    return None
-
-
-def thread_plan_for(spec: ClusterSpec) -> tuple[ThreadPlan, bool]:
-    """This process's thread plan and whether its affinity mask is narrowed."""
-    total = os.cpu_count() or 1
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else total
-    plan = plan_threads(affinity, total, _cpus_per_task(os.environ), spec.local_size)
-    return plan, affinity < total
+def mpi_allgather_hosts(my_host: str) -> Sequence[str]:
+    """Every rank's host name, gathered over MPI: for launchers that give ranks but no host list."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return no_discovery(my_host)  # raises, naming the fix
+    return list(MPI.COMM_WORLD.allgather(my_host))
 
 
 def _apply_threads(tf: Any, plan: ThreadPlan) -> None:
@@ -117,74 +102,6 @@ def _pin_gpu(tf: Any, spec: ClusterSpec) -> int | None:
     return chosen
 
 
-def _start_collectives(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tuple[Any, str]:
-    impl = tf.distribute.experimental.CommunicationImplementation
-    if communication == "auto":
-        communication = "nccl" if has_gpu else "ring"
-    if communication == "nccl" and not has_gpu:
-        raise ConfigError("communication='nccl' needs a GPU on every worker; use 'ring' on CPUs")
-    check_port_free(spec.address)
-    os.environ["TF_CONFIG"] = spec.tf_config()
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=impl.NCCL if communication == "nccl" else impl.RING
-    )
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    if previous is not None:
-        # TensorFlow's coordination service installs a SIGTERM handler that only logs, so a
-        # worker would ignore scancel, `mldist run`'s forwarding and every launcher's stop
-        # until SIGKILL. Put back what was there (mldist.preempt installs its own later).
-        signal.signal(signal.SIGTERM, previous)
-    return strategy, communication
-
-
-#: TensorFlow collective failures, recognised by a fragment of their message.
-COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
-    (
-        "Shape mismatch in the collective",
-        "workers passed tensors of different shapes to one collective; every rank must run the "
-        "same steps on same-shaped batches (mldist.data.shard drops the uneven remainder)",
-    ),
-    (
-        "The tasks have crashed",
-        "another worker died or stopped answering; its own output names the first error",
-    ),
-    (
-        "Collective ops is aborted",
-        "a collective was aborted because another worker died or closed its connection; "
-        "the launcher's output names the rank that failed first",
-    ),
-)
-
-
-def explain_failure(message: str) -> str | None:
-    """One-line explanation of a known TensorFlow collective failure, else None.
-
-    Example:
-        >>> explain_failure("... Shape mismatch in the collective instance 100 ...")[:27]
-        'workers passed tensors of d'
-    """
-    for fragment, explanation in COLLECTIVE_FAILURES:
-        if fragment in message:
-            return explanation
-    return None
-
-
-def _one_line_errors(
-    kind: type[BaseException], exc: BaseException, tb: TracebackType | None, previous: Any = sys.excepthook
-) -> None:
-    """Uncaught mldist errors and known collective failures print as one line naming the rank."""
-    where = f" (rank {_ctx.rank})" if _ctx is not None else ""
-    explained = None if isinstance(exc, MldistError) else explain_failure(str(exc))
-    if isinstance(exc, MldistError):
-        print(f"mldist: error{where}: {exc}", file=sys.stderr, flush=True)
-    elif explained:
-        print(f"mldist: error{where}: {explained} ({kind.__name__})", file=sys.stderr, flush=True)
-    else:
-        previous(kind, exc, tb)
-
-
 def init(communication: str | None = None) -> Context:
     """Detect the cluster, set threads, pin the GPU and start collectives.
 
@@ -206,10 +123,11 @@ def init(communication: str | None = None) -> Context:
     comm = (communication or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
     if comm not in COMMUNICATIONS:
         raise ConfigError(f"communication={comm!r} is not one of {', '.join(COMMUNICATIONS)}")
-    sys.excepthook = _one_line_errors
-    spec = build_cluster_spec(detect(os.environ), os.environ)
-    plan, pinned = thread_plan_for(spec)
-    for key, value in openmp_defaults(plan, pinned).items():
+    sys.excepthook = failures.one_line_errors
+    spec = build_cluster_spec(detect(os.environ), os.environ, mpi_allgather_hosts)
+    probe = cpu_probe()
+    plan = thread_plan(os.environ, spec.local_size, probe)
+    for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
     hosts = sorted({w.rpartition(":")[0] for w in spec.workers})
     os.environ.update(proxy_settings(os.environ, hosts))
@@ -222,7 +140,9 @@ def init(communication: str | None = None) -> Context:
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     strategy, used = None, "none"
     if spec.size > 1:
-        strategy, used = _start_collectives(tf, spec, comm, has_gpu)
+        from . import tf_engine
+
+        strategy, used = tf_engine.start(tf, spec, comm, has_gpu)
     _strategy = strategy
     _ctx = Context(
         rank=spec.rank,
@@ -235,6 +155,11 @@ def init(communication: str | None = None) -> Context:
         gpu=gpu,
         communication=used,
     )
+    return _ctx
+
+
+def current() -> Context | None:
+    """The context of ``init``, or None before it ran (for messages that name the rank)."""
     return _ctx
 
 

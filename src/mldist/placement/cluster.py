@@ -1,13 +1,14 @@
 """From a Placement to a cluster spec: worker addresses and ports.
 
 Two steps follow detection. Host discovery gives every rank a host: from the
-launcher's host list when it has one, else by an allgather over mpi4py.
+launcher's host list when it has one, else through a ``discover`` function
+the caller passes (the runtime's is an allgather over mpi4py).
 Port assignment gives every rank a port derived from the job/step identity
 and the global rank, so two emulated nodes sharing 127.0.0.1 (or two jobs
 on one node) never pick the same port.
 
 Example:
-    >>> from mldist.detect import Placement
+    >>> from mldist.placement.detect import Placement
     >>> p = Placement("slurm", rank=1, size=2, hosts=("n1", "n2"), rank_nodes=(0, 1),
     ...               job_key="41.0")
     >>> build_cluster_spec(p, {}).workers
@@ -16,15 +17,14 @@ Example:
 
 from __future__ import annotations
 
-import errno
 import json
 import socket
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..errors import ConfigError, DetectionError
 from .detect import Placement
-from .errors import ConfigError, DetectionError, LaunchError
 
 DEFAULT_PORT_BASE = 20000
 #: Ports are handed out from [base, base + PORT_SPAN), below Linux's ephemeral range.
@@ -103,16 +103,12 @@ def assign_ports(job_key: str, size: int, base: int) -> list[int]:
     return [start + r for r in range(size)]
 
 
-def mpi_allgather_hosts(my_host: str) -> Sequence[str]:
-    """Gather every rank's host name over MPI (needs mpi4py)."""
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        raise DetectionError(
-            "the launcher gives ranks but no host list: install mpi4py "
-            "(pip install mpi4py) or set MLDIST_WORKERS=host:port,... for all ranks"
-        ) from None
-    return list(MPI.COMM_WORLD.allgather(my_host))
+def no_discovery(my_host: str) -> Sequence[str]:
+    """A ``discover`` for callers that cannot gather host names (raises with the fix)."""
+    raise DetectionError(
+        "the launcher gives ranks but no host list: install mpi4py "
+        "(pip install mpi4py) or set MLDIST_WORKERS=host:port,... for all ranks"
+    )
 
 
 def my_hostname(env: Mapping[str, str]) -> str:
@@ -120,18 +116,16 @@ def my_hostname(env: Mapping[str, str]) -> str:
     return env.get("MLDIST_HOST") or socket.gethostname()
 
 
-def build_cluster_spec(
-    placement: Placement, env: Mapping[str, str], discover: Discover = mpi_allgather_hosts
-) -> ClusterSpec:
+def build_cluster_spec(placement: Placement, env: Mapping[str, str], discover: Discover = no_discovery) -> ClusterSpec:
     """Resolve every rank's ``host:port``.
 
     Args:
-        placement: result of :func:`mldist.detect.detect`.
+        placement: result of :func:`mldist.placement.detect.detect`.
         env: environment (for ``MLDIST_WORKERS``, ``MLDIST_PORT_BASE``, ``MLDIST_HOST``).
-        discover: gathers host names from all ranks when the launcher gives none.
+        discover: gathers host names from all ranks when the launcher gives none
+            (the runtime passes an allgather over mpi4py).
 
     Example:
-        >>> from mldist.detect import Placement
         >>> build_cluster_spec(Placement("none"), {}).size
         1
     """
@@ -156,22 +150,3 @@ def build_cluster_spec(
         if not host or not port.isdigit():
             raise ConfigError(f"worker address {w!r} is not host:port")
     return ClusterSpec(p.rank, p.size, p.local_rank, p.local_size, workers, p.launcher)
-
-
-def check_port_free(address: str) -> None:
-    """Raise LaunchError naming the port if this rank cannot bind it.
-
-    Example:
-        >>> check_port_free("localhost:0")
-    """
-    _, _, port = address.rpartition(":")
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("", int(port)))
-        except OSError as exc:
-            why = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
-            raise LaunchError(
-                f"port {port} for this worker ({address}) cannot be bound ({why}); "
-                "set MLDIST_PORT_BASE to another range or stop what holds it"
-            ) from None

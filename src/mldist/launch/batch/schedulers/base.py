@@ -1,0 +1,105 @@
+"""The record that describes one scheduler, and the job state every parser returns.
+
+A scheduler is data: how its directives look, how a job starts its tasks,
+which commands submit, cancel and query a job, and how to read their output.
+Adding a scheduler is one module with one :class:`Scheduler` and one test file.
+
+Example:
+    >>> format_directives("#PBS", " ", [("-N", "x"), ("-j", "oe"), ("-q", None)])
+    ['#PBS -N x', '#PBS -j oe']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
+
+#: Terminal states, in mldist's common vocabulary (Slurm's words).
+FINAL = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
+)
+
+#: A directive row: the flag and its value; None leaves the row out, "" writes the flag alone.
+Row = tuple[str, "str | None"]
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's state as mldist reports it.
+
+    Args:
+        job_id: the scheduler's id.
+        state: PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ... (Slurm's words).
+        exit_code: the batch script's exit code, once known.
+        restarts: how often the job was requeued (Slurm).
+    """
+
+    job_id: str
+    state: str
+    exit_code: int | None = None
+    restarts: int = 0
+
+    @property
+    def final(self) -> bool:
+        """True once the job will not run again."""
+        return self.state in FINAL
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """Everything mldist needs to know about one batch scheduler.
+
+    Args:
+        name: the ``--scheduler`` value.
+        prefix, separator: directive lines are ``prefix flag<separator>value``.
+        directives: the job's directive rows (raises ConfigError for what the scheduler cannot do).
+        launch: argv that starts one task per rank (srun, mpiexec, aprun).
+        job_id_var: the variable holding the job id inside the job.
+        workdir: a script line that enters the submit directory, or "".
+        resubmit: the script line that requeues the job after exit code 75.
+        own_timer: the scheduler sends no early signal: the script arms its own timer.
+        batch_log: the batch script's log, relative to the output directory (``{id}``: job id).
+        submit, cancel, status: argv builders (script path or job id in).
+        parse_job_id: reads the submit command's output.
+        parse_status: reads the status command's output (job id, text).
+        probes: ``(argv, regex)`` pairs whose match on the output identifies the scheduler.
+        path_forbidden: characters the output directory cannot hold in a directive.
+    """
+
+    name: str
+    prefix: str
+    separator: str
+    directives: Callable[[JobSpec], list[Row]]
+    launch: Callable[[JobSpec], list[str]]
+    job_id_var: str
+    workdir: str
+    resubmit: str
+    own_timer: bool
+    batch_log: str
+    submit: Callable[[str], list[str]]
+    cancel: Callable[[str], list[str]]
+    status: Callable[[str], list[str]]
+    parse_job_id: Callable[[str], str]
+    parse_status: Callable[[str, str], JobStatus]
+    probes: tuple[tuple[tuple[str, ...], str], ...] = ()
+    path_forbidden: str = "\"\\%\n\r\0 \t#'"
+
+    def directive_lines(self, spec: JobSpec) -> list[str]:
+        """The header's directive lines: the table's rows, then the user's raw ones."""
+        lines = format_directives(self.prefix, self.separator, self.directives(spec))
+        return lines + [f"{self.prefix} {d}" for d in spec.directives]
+
+
+def format_directives(prefix: str, separator: str, rows: Sequence[Row]) -> list[str]:
+    """Directive lines from rows; rows whose value is None are left out."""
+    return [f"{prefix} {flag}{separator + value if value else ''}" for flag, value in rows if value is not None]
+
+
+def last_line(output: str) -> str:
+    """The last non-blank line of a command's output, stripped ('' if none)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,47 @@
+"""Every private TensorFlow/Keras access mldist needs, in one place.
+
+A TensorFlow or Keras upgrade that renames one of these breaks here, and
+only here. Each function says what it reaches into and why there is no
+public way.
+
+Example::
+
+    if compiling_with_xla():
+        raise ConfigError("...")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def compiling_with_xla() -> bool:
+    """Whether the graph being traced right now is compiled by XLA (``jit_compile=True``).
+
+    TensorFlow has no public query; ``control_flow_util`` is what its own ops use.
+    False in eager mode.
+    """
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return False
+    from tensorflow.python.ops import control_flow_util
+
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def learning_rate_is_schedule(optimizer: Any) -> bool:
+    """Whether a Keras optimizer's rate is a schedule (its public ``learning_rate`` hides that)."""
+    import keras
+
+    return isinstance(getattr(optimizer, "_learning_rate", None), keras.optimizers.schedules.LearningRateSchedule)
+
+
+def set_initial_epoch(model: Any, epoch: int | None) -> None:
+    """Make the next ``fit`` start at ``epoch`` (None: as asked), as Keras's BackupAndRestore does."""
+    model._initial_epoch = epoch
+
+
+def is_legacy_optimizer(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is a tf_keras (Keras 2) one rather than a Keras 3 one, by its module."""
+    return type(optimizer).__module__.startswith(("tf_keras", "keras.src.optimizers.legacy", "tensorflow"))

@@ -1,0 +1,100 @@
+"""The TensorFlow collective engine: MultiWorkerMirroredStrategy's RING (CPU) or NCCL (GPU).
+
+Every rank starts TensorFlow's gRPC server on its port from the cluster spec;
+collectives run through the strategy's replica context. ``collectives``
+fuses tensors into buffers and calls :func:`sum_buffers` and :func:`gather`.
+
+Example::
+
+    strategy, used = start(tf, spec, "auto", has_gpu=False)   # used == "ring"
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+from ..errors import ConfigError, LaunchError
+from ..placement import ClusterSpec
+
+
+def check_port_free(address: str) -> None:
+    """Raise LaunchError naming the port if this rank cannot bind it.
+
+    Example:
+        >>> check_port_free("localhost:0")
+    """
+    _, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", int(port)))
+        except OSError as exc:
+            why = "in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise LaunchError(
+                f"port {port} for this worker ({address}) cannot be bound ({why}); "
+                "set MLDIST_PORT_BASE to another range or stop what holds it"
+            ) from None
+
+
+def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tuple[Any, str]:
+    """Start TensorFlow's collective runtime for this rank; the strategy and "ring" or "nccl".
+
+    Args:
+        tf: the tensorflow module.
+        spec: every rank's address.
+        communication: "auto", "ring" or "nccl".
+        has_gpu: whether this worker sees a GPU.
+    """
+    impl = tf.distribute.experimental.CommunicationImplementation
+    if communication == "auto":
+        communication = "nccl" if has_gpu else "ring"
+    if communication == "nccl" and not has_gpu:
+        raise ConfigError("communication='nccl' needs a GPU on every worker; use 'ring' on CPUs")
+    check_port_free(spec.address)
+    os.environ["TF_CONFIG"] = spec.tf_config()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=impl.NCCL if communication == "nccl" else impl.RING
+    )
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main_thread else None
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if previous is not None:
+        # TensorFlow's coordination service installs a SIGTERM handler that only logs, so a
+        # worker would ignore scancel, `mldist run`'s forwarding and every launcher's stop
+        # until SIGKILL. Put back what was there (mldist.preempt installs its own later).
+        signal.signal(signal.SIGTERM, previous)
+    return strategy, communication
+
+
+def sum_buffers(strategy: Any, buffers: list[Any]) -> list[Any]:
+    """One SUM collective per buffer (already fused), in graph.
+
+    Args:
+        strategy: the MultiWorkerMirroredStrategy of :func:`start`.
+        buffers: tensors to sum across ranks.
+    """
+    import tensorflow as tf
+
+    with tf.device(strategy.extended.worker_devices[0]):
+        placed = [tf.identity(t) for t in buffers]
+    sum_op = tf.distribute.ReduceOp.SUM
+
+    def reduce_each(*values: Any) -> list[Any]:
+        ctx = tf.distribute.get_replica_context()
+        return [ctx.all_reduce(sum_op, v) for v in values]
+
+    return list(strategy.run(reduce_each, args=tuple(placed)))
+
+
+def gather(strategy: Any, tensor: Any) -> Any:
+    """Every rank's ``tensor`` (same shape on all) concatenated on axis 0, in rank order."""
+    import tensorflow as tf
+
+    with tf.device(strategy.extended.worker_devices[0]):
+        placed = tf.identity(tensor)
+    return strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,))

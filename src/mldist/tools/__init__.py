@@ -1,0 +1,1 @@
+"""Tools on top of the runtime: the ``mldist env`` report (report)."""
