@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's second command: lint, type-check and run the whole test suite.
+# The README's second command: lint, type-check, check the install on Python 3.10,
+# and run the whole test suite.
 # Extra arguments go to pytest (e.g. scripts/test.sh -m "not slow").
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -8,4 +9,5 @@ bash scripts/bootstrap.sh
 export PATH="$root/.venv/bin:$PATH"
 echo "== ruff"; ruff check .; ruff format --check .
 echo "== mypy"; mypy
+echo "== python 3.10"; bash scripts/check-py310.sh
 echo "== pytest"; exec pytest "$@"
