@@ -15,23 +15,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import runtime as _runtime
 from .checkpoint import CheckpointManager
 from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
-from .runtime import (
-    Context,
-    DistributedGradientTape,
-    allgather,
-    allreduce,
-    broadcast,
-    context,
-    init,
-    is_chief,
-    local_rank,
-    local_size,
-    rank,
-    size,
-    strategy,
-)
+from .runtime import *  # noqa: F403 - the facade re-exports the runtime's public names
 
 __version__ = "0.1.0"
 
@@ -39,27 +26,15 @@ __version__ = "0.1.0"
 _LAZY = ("keras", "data", "preempt")
 
 __all__ = [
+    *_runtime.__all__,
     "CheckpointError",
     "CheckpointManager",
     "ConfigError",
-    "Context",
     "DetectionError",
-    "DistributedGradientTape",
     "LaunchError",
     "MldistError",
     "RuntimeStateError",
     "__version__",
-    "allgather",
-    "allreduce",
-    "broadcast",
-    "context",
-    "init",
-    "is_chief",
-    "local_rank",
-    "local_size",
-    "rank",
-    "size",
-    "strategy",
 ]
 
 

@@ -63,9 +63,10 @@ class Scheduler:
         resubmit: the script line that requeues the job after exit code 75.
         own_timer: the scheduler sends no early signal: the script arms its own timer.
         batch_log: the batch script's log, relative to the output directory (``{id}``: job id).
-        submit, cancel, status: argv builders (script path or job id in).
-        parse_job_id: reads the submit command's output.
+        status: argv of the status command for a job id.
         parse_status: reads the status command's output (job id, text).
+        submit, cancel: argv builders (script path or job id in); default ``qsub``/``qdel``.
+        parse_job_id: reads the submit command's output; default its last word.
         probes: ``(argv, regex)`` pairs whose match on the output identifies the scheduler.
         path_forbidden: characters the output directory cannot hold in a directive.
     """
@@ -80,11 +81,11 @@ class Scheduler:
     resubmit: str
     own_timer: bool
     batch_log: str
-    submit: Callable[[str], list[str]]
-    cancel: Callable[[str], list[str]]
     status: Callable[[str], list[str]]
-    parse_job_id: Callable[[str], str]
     parse_status: Callable[[str, str], JobStatus]
+    submit: Callable[[str], list[str]] = lambda script: ["qsub", script]  # PBS and Cobalt alike
+    cancel: Callable[[str], list[str]] = lambda job_id: ["qdel", job_id]
+    parse_job_id: Callable[[str], str] = lambda out: last_line(out).split()[-1]
     probes: tuple[tuple[tuple[str, ...], str], ...] = ()
     path_forbidden: str = "\"\\%\n\r\0 \t#'"
 

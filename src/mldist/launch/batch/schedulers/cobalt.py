@@ -13,7 +13,7 @@ import re
 
 from ....errors import ConfigError
 from ..spec import JobSpec
-from .base import JobStatus, Row, Scheduler, last_line
+from .base import JobStatus, Row, Scheduler
 
 _STATES = {"queued": "PENDING", "user_hold": "PENDING", "running": "RUNNING", "exiting": "RUNNING"}
 
@@ -73,10 +73,7 @@ COBALT = Scheduler(
     resubmit='qsub --env MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"',
     own_timer=True,
     batch_log="job.output",
-    submit=lambda script: ["qsub", script],
-    cancel=lambda job_id: ["qdel", job_id],
     status=lambda job_id: ["qstat", "-f", job_id],
-    parse_job_id=lambda out: last_line(out).split()[-1],
     parse_status=parse_status,
     probes=((("qstat", "--version"), r"(?i)cobalt"), (("qsub", "--version"), r"(?i)cobalt")),
 )

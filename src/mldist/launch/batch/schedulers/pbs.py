@@ -12,7 +12,7 @@ import json
 
 from ....errors import ConfigError
 from ..spec import JobSpec, hms
-from .base import JobStatus, Row, Scheduler, last_line
+from .base import JobStatus, Row, Scheduler
 
 _STATES = {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "R": "RUNNING", "E": "RUNNING", "F": "FINISHED"}
 _VERSION = r"pbs_version|OpenPBS|PBS ?Pro"
@@ -76,10 +76,7 @@ PBS = Scheduler(
     resubmit='qsub -v MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"',
     own_timer=True,
     batch_log="job.out",
-    submit=lambda script: ["qsub", script],
-    cancel=lambda job_id: ["qdel", job_id],
     status=lambda job_id: ["qstat", "-x", "-f", "-F", "json", job_id],
-    parse_job_id=lambda out: last_line(out).split()[-1],
     parse_status=parse_status,
     probes=((("qstat", "--version"), _VERSION), (("qsub", "--version"), _VERSION)),
 )
