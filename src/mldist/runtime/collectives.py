@@ -90,37 +90,43 @@ def _check(op: str, compression: str | None) -> None:
     check_compression(compression)
 
 
-def _sum_tensors(tensors: list[Any]) -> list[Any]:
-    """One SUM collective per tensor of ``tensors`` (already fused), on this run's engine."""
-    return tf_engine.sum_buffers(runtime.strategy(), tensors)
+def engine() -> Any:
+    """The module that moves bytes for this run: one per ``ctx.communication``."""
+    return tf_engine
 
 
-def _gather_tensor(tensor: Any) -> Any:
-    return tf_engine.gather(runtime.strategy(), tensor)
-
-
-def _fused_sum(flat: list[Any], bucket_bytes: int, compression: str | None, prescale: float) -> list[Any]:
+def _fuse(flat: list[Any], bucket_bytes: int) -> tuple[list[Bucket], list[Any]]:
+    """Buckets of ``flat`` and one 1-D buffer per bucket (concatenated in bucket order)."""
     tf = _tf()
-    items = [(t.dtype.name, t.shape.num_elements() * t.dtype.size) for t in flat]
-    out: list[Any] = [None] * len(flat)
-    fused: list[Any] = []
-    buckets = plan_buckets(items, bucket_bytes)
+    buckets = plan_buckets([(t.dtype.name, t.shape.num_elements() * t.dtype.size) for t in flat], bucket_bytes)
+    buffers = []
     for bucket in buckets:
         parts = [tf.reshape(flat[i], [-1]) for i in bucket.indices]
-        buf = tf.concat(parts, 0) if len(parts) > 1 else parts[0]
-        if prescale != 1.0:
-            buf = buf * tf.cast(prescale, buf.dtype)
-        if compression == "fp16" and buf.dtype in (tf.float32, tf.float64):
-            buf = tf.cast(buf, tf.float16)
-        fused.append(buf)
-    reduced = _sum_tensors(fused)
-    for bucket, buf in zip(buckets, reduced, strict=True):
+        buffers.append(tf.concat(parts, 0) if len(parts) > 1 else parts[0])
+    return buckets, buffers
+
+
+def _unfuse(flat: list[Any], buckets: list[Bucket], buffers: list[Any]) -> list[Any]:
+    """Split reduced buffers back into tensors shaped and typed like ``flat``."""
+    tf = _tf()
+    out: list[Any] = [None] * len(flat)
+    for bucket, buf in zip(buckets, buffers, strict=True):
         buf = tf.cast(buf, flat[bucket.indices[0]].dtype)
         sizes = [flat[i].shape.num_elements() for i in bucket.indices]
         pieces = tf.split(buf, sizes) if len(sizes) > 1 else [buf]
         for i, piece in zip(bucket.indices, pieces, strict=True):
             out[i] = tf.reshape(piece, flat[i].shape)
     return out
+
+
+def _fused_reduce(flat: list[Any], op: str, bucket_bytes: int, compression: str | None, prescale: float) -> list[Any]:
+    tf = _tf()
+    buckets, buffers = _fuse(flat, bucket_bytes)
+    if prescale != 1.0:  # dividing before the sum keeps fp16 buffers from overflowing
+        buffers = [b * tf.cast(prescale, b.dtype) for b in buffers]
+    if compression == "fp16":
+        buffers = [tf.cast(b, tf.float16) if b.dtype in (tf.float32, tf.float64) else b for b in buffers]
+    return _unfuse(flat, buckets, engine().allreduce(buffers, op))
 
 
 def _as_tensors(tensors: Any) -> tuple[Any, list[Any]]:
@@ -175,29 +181,26 @@ def allreduce(
     structure, flat = _as_tensors(tensors)
     if ctx.size == 1:
         return tf.nest.pack_sequence_as(structure, flat)
-    if op in ("max", "min"):
-        reduce_fn = tf.reduce_max if op == "max" else tf.reduce_min
-        out = [reduce_fn(allgather(tf.expand_dims(t, 0)), axis=0) for t in flat]
-        return tf.nest.pack_sequence_as(structure, out)
     if op == "mean":
         for t in flat:
             if not (t.dtype.is_floating or t.dtype.is_complex):
                 raise ConfigError(f"op='mean' on a {t.dtype.name} tensor would truncate; use op='sum'")
-    # Dividing before the sum keeps fp16 buffers from overflowing.
     prescale = 1.0 / ctx.size if op == "mean" else 1.0
+    wire_op = "sum" if op == "mean" else op
+    if wire_op != "sum":
+        compression = None  # max/min of rounded values would not be the max/min
 
     def run(*values: Any) -> list[Any]:
-        return _fused_sum(list(values), bucket_bytes, compression, prescale)
+        return _fused_reduce(list(values), wire_op, bucket_bytes, compression, prescale)
 
-    out = _in_graph(("allreduce", bucket_bytes, compression, prescale), run, *flat)
+    out = _in_graph(("allreduce", wire_op, bucket_bytes, compression, prescale), run, *flat)
     return tf.nest.pack_sequence_as(structure, list(out))
 
 
 def broadcast(tensors: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> Any:
     """Every worker gets ``root``'s values of a tensor or structure of tensors.
 
-    Implemented as a fused sum in which only ``root`` contributes, which is
-    exact for every numeric dtype.
+    Tensors are fused per dtype and bucket, like :func:`allreduce`.
 
     Args:
         tensors: a tensor, or a list/tuple/dict of them.
@@ -214,15 +217,13 @@ def broadcast(tensors: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET
     structure, flat = _as_tensors(tensors)
     if ctx.size == 1:
         return tf.nest.pack_sequence_as(structure, flat)
-    keep = ctx.rank == root
 
     def run(*values: Any) -> list[Any]:
-        cast = [tf.cast(v, tf.int32) if v.dtype == tf.bool else v for v in values]
-        masked = [v if keep else tf.zeros_like(v) for v in cast]
-        summed = _fused_sum(masked, bucket_bytes, None, 1.0)
-        return [tf.cast(s, v.dtype) for s, v in zip(summed, values, strict=True)]
+        flat_values = list(values)
+        buckets, buffers = _fuse(flat_values, bucket_bytes)
+        return _unfuse(flat_values, buckets, engine().broadcast(buffers, root, ctx.rank))
 
-    out = _in_graph(("broadcast", bucket_bytes, keep), run, *flat)
+    out = _in_graph(("broadcast", bucket_bytes, root, ctx.rank), run, *flat)
     return tf.nest.pack_sequence_as(structure, list(out))
 
 
@@ -247,13 +248,6 @@ def allgather(tensor: Any) -> Any:
         return t
 
     def run(value: Any) -> Any:
-        n = tf.shape(value)[0]
-        counts = _gather_tensor(tf.reshape(n, [1]))
-        longest = tf.reduce_max(counts)
-        pad = [[0, longest - n]] + [[0, 0]] * (value.shape.rank - 1)
-        gathered = _gather_tensor(tf.pad(value, pad))
-        rows = tf.reshape(gathered, tf.concat([[ctx.size, longest], tf.shape(value)[1:]], 0))
-        mask = tf.sequence_mask(counts, longest)
-        return tf.boolean_mask(rows, mask)
+        return engine().allgather(value, ctx.size)
 
     return _in_graph(("allgather",), run, t)

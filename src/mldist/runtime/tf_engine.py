@@ -2,7 +2,8 @@
 
 Every rank starts TensorFlow's gRPC server on its port from the cluster spec;
 collectives run through the strategy's replica context. ``collectives``
-fuses tensors into buffers and calls :func:`sum_buffers` and :func:`gather`.
+fuses tensors into 1-D buffers and calls :func:`allreduce`, :func:`broadcast`
+and :func:`allgather`, the interface every engine module has.
 
 Example::
 
@@ -71,15 +72,17 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
     return strategy, communication
 
 
-def sum_buffers(strategy: Any, buffers: list[Any]) -> list[Any]:
-    """One SUM collective per buffer (already fused), in graph.
+def _strategy() -> Any:
+    from .context import strategy
 
-    Args:
-        strategy: the MultiWorkerMirroredStrategy of :func:`start`.
-        buffers: tensors to sum across ranks.
-    """
+    return strategy()
+
+
+def _sum(buffers: list[Any]) -> list[Any]:
+    """One SUM collective per buffer, in graph."""
     import tensorflow as tf
 
+    strategy = _strategy()
     with tf.device(strategy.extended.worker_devices[0]):
         placed = [tf.identity(t) for t in buffers]
     sum_op = tf.distribute.ReduceOp.SUM
@@ -91,10 +94,42 @@ def sum_buffers(strategy: Any, buffers: list[Any]) -> list[Any]:
     return list(strategy.run(reduce_each, args=tuple(placed)))
 
 
-def gather(strategy: Any, tensor: Any) -> Any:
+def _gather_equal(tensor: Any) -> Any:
     """Every rank's ``tensor`` (same shape on all) concatenated on axis 0, in rank order."""
     import tensorflow as tf
 
+    strategy = _strategy()
     with tf.device(strategy.extended.worker_devices[0]):
         placed = tf.identity(tensor)
     return strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,))
+
+
+def allreduce(buffers: list[Any], op: str) -> list[Any]:
+    """Reduce 1-D buffers across ranks: "sum" is one collective each; "max"/"min" gather then reduce."""
+    import tensorflow as tf
+
+    if op == "sum":
+        return _sum(buffers)
+    reduce_fn = tf.reduce_max if op == "max" else tf.reduce_min
+    return [reduce_fn(tf.reshape(_gather_equal(b[tf.newaxis]), [-1, b.shape[0]]), axis=0) for b in buffers]
+
+
+def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
+    """``root``'s buffers on every rank: a sum to which only ``root`` contributes (exact for every dtype)."""
+    import tensorflow as tf
+
+    cast = [tf.cast(v, tf.int32) if v.dtype == tf.bool else v for v in buffers]
+    masked = [v if rank == root else tf.zeros_like(v) for v in cast]
+    return [tf.cast(s, v.dtype) for s, v in zip(_sum(masked), buffers, strict=True)]
+
+
+def allgather(value: Any, size: int) -> Any:
+    """Every rank's ``value`` concatenated on axis 0; the first dimension may differ (padded, then masked)."""
+    import tensorflow as tf
+
+    n = tf.shape(value)[0]
+    counts = _gather_equal(tf.reshape(n, [1]))
+    longest = tf.reduce_max(counts)
+    pad = [[0, longest - n]] + [[0, 0]] * (value.shape.rank - 1)
+    rows = tf.reshape(_gather_equal(tf.pad(value, pad)), tf.concat([[size, longest], tf.shape(value)[1:]], 0))
+    return tf.boolean_mask(rows, tf.sequence_mask(counts, longest))
