@@ -155,7 +155,16 @@ def _aprun_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
     return {"local_rank": got["rank"] % per_node, "node_index": got["rank"] // per_node}
 
 
-_MPI_JOB = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "OMPI_MCA_ess_base_jobid", "PMI_ID")
+# Open MPI 5 names its job only in PMIX_NAMESPACE; MLDIST_RUN_ID when `mldist run` started mpiexec.
+_MPI_JOB = (
+    "SLURM_JOB_ID",
+    "PBS_JOBID",
+    "COBALT_JOBID",
+    "OMPI_MCA_ess_base_jobid",
+    "PMIX_NAMESPACE",
+    "PMI_ID",
+    "MLDIST_RUN_ID",
+)
 
 #: Launchers in priority order. Field names map to candidate variables.
 LAUNCHERS: tuple[LauncherRule, ...] = (

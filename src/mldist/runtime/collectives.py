@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import context as runtime
-from . import tf_engine
+from .engine import module as engine_module
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
@@ -92,7 +92,7 @@ def _check(op: str, compression: str | None) -> None:
 
 def engine() -> Any:
     """The module that moves bytes for this run: one per ``ctx.communication``."""
-    return tf_engine
+    return engine_module(runtime.context().communication)
 
 
 def _fuse(flat: list[Any], bucket_bytes: int) -> tuple[list[Bucket], list[Any]]:

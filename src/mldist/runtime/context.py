@@ -22,11 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, RuntimeStateError
-from ..placement import ClusterSpec, build_cluster_spec, detect, no_discovery
+from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
 from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
-from . import failures
-
-COMMUNICATIONS = ("auto", "ring", "nccl")
+from . import engine, failures
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,8 @@ class Context:
         workers: ``host:port`` of every rank (empty with one worker).
         threads: the thread plan applied.
         gpu: index of the pinned GPU among those visible, or None.
-        communication: "ring" or "nccl" with 2+ workers, else "none".
+        communication: the engine of 2+ workers ("mpi", "ring" or "nccl"), else "none".
+        mpi_library: the MPI library's version line when the engine is "mpi", else "".
     """
 
     rank: int
@@ -51,6 +50,7 @@ class Context:
     threads: ThreadPlan
     gpu: int | None
     communication: str
+    mpi_library: str = ""
 
     @property
     def is_chief(self) -> bool:
@@ -60,6 +60,7 @@ class Context:
 
 _ctx: Context | None = None
 _strategy: Any = None
+_spec: ClusterSpec | None = None  # kept for a strategy started later (MPI engine + mldist.strategy())
 
 
 def mpi_allgather_hosts(my_host: str) -> Sequence[str]:
@@ -83,7 +84,7 @@ def _apply_threads(tf: Any, plan: ThreadPlan) -> None:
         )
 
 
-def _pin_gpu(tf: Any, spec: ClusterSpec) -> int | None:
+def _pin_gpu(tf: Any, spec: Placement) -> int | None:
     gpus = tf.config.list_physical_devices("GPU")
     # One process per node keeps all its GPUs (MirroredStrategy uses them).
     keep_all = spec.local_size == 1 and len(gpus) > 1
@@ -102,14 +103,41 @@ def _pin_gpu(tf: Any, spec: ClusterSpec) -> int | None:
     return chosen
 
 
+def _say(message: str, rank: int) -> None:
+    if rank == 0:
+        print(f"mldist: {message}", file=sys.stderr, flush=True)
+
+
+#: What starting an engine gives: the strategy (or None), the engine's name, worker addresses, MPI library.
+Started = tuple[Any, str, tuple[str, ...], str]
+
+
+def _start_engine(tf: Any, placement: Placement, requested: str, has_gpu: bool) -> Started:
+    """Choose and start the collective engine for 2+ workers."""
+    mpi = engine.probe_mpi(placement.launcher) if requested in ("auto", "mpi") and not has_gpu else None
+    choice = engine.choose(requested, placement.rank, placement.size, placement.launcher, has_gpu, mpi)
+    if choice.reason:
+        _say(f"using TensorFlow's RING collectives, not MPI: {choice.reason}", placement.rank)
+    if choice.name == "mpi":
+        assert isinstance(mpi, engine.MpiWorld)
+        return None, "mpi", (), mpi.library
+    global _spec
+    _spec = spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
+    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
+    from . import tf_engine
+
+    strategy, used = tf_engine.start(tf, spec, choice.name, has_gpu)
+    return strategy, used, spec.workers, ""
+
+
 def init(communication: str | None = None) -> Context:
     """Detect the cluster, set threads, pin the GPU and start collectives.
 
     Idempotent: later calls return the first call's context.
 
     Args:
-        communication: "auto" (NCCL on GPUs, RING on CPUs), "ring" or "nccl";
-            default from ``MLDIST_COMMUNICATION`` or "auto".
+        communication: "auto" (NCCL on GPUs, MPI on CPUs under an MPI launcher, else RING),
+            "mpi", "ring" or "nccl"; default from ``MLDIST_COMMUNICATION`` or "auto".
 
     Example::
 
@@ -121,39 +149,36 @@ def init(communication: str | None = None) -> Context:
     if _ctx is not None:
         return _ctx
     comm = (communication or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
-    if comm not in COMMUNICATIONS:
-        raise ConfigError(f"communication={comm!r} is not one of {', '.join(COMMUNICATIONS)}")
+    if comm not in engine.COMMUNICATIONS:
+        raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
     sys.excepthook = failures.one_line_errors
-    spec = build_cluster_spec(detect(os.environ), os.environ, mpi_allgather_hosts)
+    placement = detect(os.environ)
     probe = cpu_probe()
-    plan = thread_plan(os.environ, spec.local_size, probe)
+    plan = thread_plan(os.environ, placement.local_size, probe)
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
-    hosts = sorted({w.rpartition(":")[0] for w in spec.workers})
-    os.environ.update(proxy_settings(os.environ, hosts))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
     import tensorflow as tf
 
     _apply_threads(tf, plan)
-    gpu = _pin_gpu(tf, spec)
+    gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    strategy, used = None, "none"
-    if spec.size > 1:
-        from . import tf_engine
-
-        strategy, used = tf_engine.start(tf, spec, comm, has_gpu)
-    _strategy = strategy
+    started: Started = (None, "none", (), "")
+    if placement.size > 1:
+        started = _start_engine(tf, placement, comm, has_gpu)
+    _strategy, used, workers, library = started
     _ctx = Context(
-        rank=spec.rank,
-        size=spec.size,
-        local_rank=spec.local_rank,
-        local_size=spec.local_size,
-        launcher=spec.launcher,
-        workers=spec.workers if spec.size > 1 else (),
+        rank=placement.rank,
+        size=placement.size,
+        local_rank=placement.local_rank,
+        local_size=placement.local_size,
+        launcher=placement.launcher,
+        workers=workers,
         threads=plan,
         gpu=gpu,
         communication=used,
+        mpi_library=library,
     )
     return _ctx
 
@@ -173,7 +198,8 @@ def context() -> Context:
 def strategy() -> Any:
     """The tf.distribute strategy that matches this process (calls ``init``).
 
-    MultiWorkerMirrored for 2+ processes, Mirrored for one process with
+    MultiWorkerMirrored for 2+ processes (with the MPI engine it starts
+    TensorFlow's collectives too, for tf.distribute code), Mirrored for one process with
     several GPUs, OneDevice for one GPU, the default strategy on CPU.
 
     Example::
@@ -182,7 +208,9 @@ def strategy() -> Any:
             model = build_model()
     """
     global _strategy
-    init()
+    ctx = init()
+    if _strategy is None and ctx.communication == "mpi":
+        _strategy = _late_strategy()
     if _strategy is None:
         import tensorflow as tf
 
@@ -194,6 +222,29 @@ def strategy() -> Any:
         else:
             _strategy = tf.distribute.get_strategy()
     return _strategy
+
+
+def _late_strategy() -> Any:
+    """MultiWorkerMirroredStrategy for tf.distribute code on a run whose own collectives use MPI.
+
+    It starts TensorFlow's gRPC server (see the README's Security section); mldist's
+    collectives keep using MPI. TensorFlow allows this only before it ran any op.
+    """
+    import tensorflow as tf
+
+    global _spec
+    ctx = context()
+    _spec = _spec or build_cluster_spec(detect(os.environ), os.environ, mpi_allgather_hosts)
+    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in _spec.workers})))
+    from . import tf_engine
+
+    try:
+        return tf_engine.start(tf, _spec, "ring", has_gpu=ctx.gpu is not None)[0]
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"mldist.strategy() came after TensorFlow started running ops ({str(exc).splitlines()[0]}); "
+            "call it right after mldist.init(), or use mldist.keras.DistributedOptimizer instead"
+        ) from None
 
 
 def rank() -> int:
