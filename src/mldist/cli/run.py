@@ -63,6 +63,12 @@ def register(sub: Any) -> dict[str, Handler]:
         default=0,
         help="after a worker failure, restart the group up to K times (resumes from mldist checkpoints)",
     )
+    run.add_argument(
+        "--communication",
+        choices=("auto", "mpi", "ring", "nccl"),
+        default=os.environ.get("MLDIST_COMMUNICATION", "auto"),
+        help="collective engine: auto (MPI on CPUs through mpiexec when available, NCCL on GPUs, else RING)",
+    )
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the worker command")
     env = add_command(
         sub,
@@ -87,6 +93,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         failure_grace=args.failure_grace,
         cpu_bind=args.cpu_bind,
         max_restarts=args.max_restarts,
+        communication=args.communication,
     )
     return run(cfg)
 

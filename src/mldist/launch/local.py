@@ -16,25 +16,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import os
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO
 
-from ..errors import REQUEUE_CODE, ConfigError, LaunchError
-from ..placement.resources import cpu_probe
+from ..errors import REQUEUE_CODE, ConfigError
+from .groups import DirectGroup, Group
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
+COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
 
 
 @dataclass(frozen=True)
@@ -50,6 +48,8 @@ class RunConfig:
         cpu_bind: "none", or "cores" to give each worker its own CPUs.
         max_restarts: restart the whole group this many times after a worker
             failure (not after exit code 75 or a signal to the launcher).
+        communication: the workers' engine: "auto" and "mpi" start them through
+            mpiexec when one is found (one MPI world), "ring"/"nccl" start them directly.
     """
 
     nprocs: int
@@ -59,6 +59,7 @@ class RunConfig:
     failure_grace: float = 5.0
     cpu_bind: str = "none"
     max_restarts: int = 0
+    communication: str = "auto"
 
     def __post_init__(self) -> None:
         if self.nprocs < 1:
@@ -71,6 +72,8 @@ class RunConfig:
             raise ConfigError(f"--cpu-bind {self.cpu_bind!r}: use 'none' or 'cores'")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} cannot be negative")
+        if self.communication not in COMMUNICATIONS:
+            raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -119,6 +122,7 @@ def worker_env(
     for stale in ("TF_CONFIG",):
         env.pop(stale, None)
     env.update(
+        MLDIST_COMMUNICATION=cfg.communication,
         MLDIST_RANK=str(rank),
         MLDIST_SIZE=str(cfg.nprocs),
         MLDIST_LOCAL_RANK=str(rank),
@@ -145,84 +149,10 @@ def _describe(rank: int, returncode: int) -> str:
     return f"rank {rank} exited with code {returncode}"
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (runs between fork and exec)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _pump(stream: IO[bytes], prefix: bytes, out: IO[bytes], lock: threading.Lock) -> None:
-    for line in iter(stream.readline, b""):
-        with lock:
-            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
-            out.flush()
-    stream.close()
-
-
-class _Group:
-    """The running workers and their output pumps."""
-
-    def __init__(self, cfg: RunConfig, restart: int = 0) -> None:
-        self.cfg = cfg
-        self.restart = restart
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.pumps: list[threading.Thread] = []
-        self.logs: list[IO[bytes]] = []
-        self.lock = threading.Lock()
-
-    def start(self) -> None:
-        cfg, run_id = self.cfg, uuid.uuid4().hex[:12]
-        workers = [f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)]
-        sets = cpu_sets(cpu_probe().allowed, cfg.nprocs) if cfg.cpu_bind == "cores" else None
-        if cfg.log_dir:
-            os.makedirs(cfg.log_dir, exist_ok=True)
-        for rank in range(cfg.nprocs):
-            env = worker_env(os.environ, cfg, rank, workers, run_id, self.restart)
-            if sets:
-                env.setdefault("OMP_NUM_THREADS", str(len(sets[rank])))
-            out: int | IO[bytes] = subprocess.PIPE
-            if cfg.log_dir:
-                log = open(os.path.join(cfg.log_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
-                self.logs.append(log)
-                out = log
-            try:
-                proc = subprocess.Popen(
-                    list(cfg.command),
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT if cfg.log_dir else subprocess.PIPE,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent,
-                )
-            except OSError as exc:
-                self.signal_all(signal.SIGKILL)
-                raise LaunchError(f"cannot start {cfg.command[0]!r}: {exc.strerror}") from None
-            if sets:
-                with contextlib.suppress(OSError):
-                    os.sched_setaffinity(proc.pid, sets[rank])
-            self.procs.append(proc)
-            if not cfg.log_dir:
-                prefix = f"[{rank}] ".encode()
-                for src, dst in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
-                    assert src is not None
-                    t = threading.Thread(target=_pump, args=(src, prefix, dst, self.lock), daemon=True)
-                    t.start()
-                    self.pumps.append(t)
-
-    def signal_all(self, sig: int, only_running: bool = True) -> None:
-        for proc in self.procs:
-            if only_running and proc.returncode is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-
-    def finish(self) -> None:
-        # Kill leftovers of every worker's session (e.g. grandchildren).
-        self.signal_all(signal.SIGKILL, only_running=False)
-        for t in self.pumps:
-            t.join(timeout=2)
-        for log in self.logs:
-            log.close()
 
 
 def _say(message: str) -> None:
@@ -244,7 +174,8 @@ def run(cfg: RunConfig) -> int:
         code = run(RunConfig(nprocs=2, command=("python", "train.py"), max_restarts=2))
     """
     received: list[int] = []
-    current: list[_Group] = []
+    current: list[Group] = []
+    kind = group_kind(cfg, os.environ)
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -255,7 +186,7 @@ def run(cfg: RunConfig) -> int:
     failures: list[str] = []
     try:
         while True:
-            group = _Group(cfg, restart=len(failures))
+            group = kind(cfg, restart=len(failures))
             current.append(group)
             try:
                 group.start()
@@ -277,7 +208,29 @@ def run(cfg: RunConfig) -> int:
             signal.signal(s, handler)
 
 
-def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> tuple[int, str | None]:
+def group_kind(cfg: RunConfig, env: Mapping[str, str]) -> type[Group]:
+    """Through mpiexec for the MPI engine ("mpi", or "auto" on a CPU host with mpi4py and mpiexec), else directly."""
+    from .mpiexec import MpiexecGroup, find_mpiexec
+
+    if cfg.communication == "mpi":
+        return MpiexecGroup
+    if cfg.communication != "auto" or _has_gpu() or importlib.util.find_spec("mpi4py") is None:
+        return DirectGroup
+    return MpiexecGroup if find_mpiexec(env) else DirectGroup
+
+
+def _has_gpu() -> bool:
+    # Without importing TensorFlow (4 s): NVIDIA's or AMD's kernel driver exposes device nodes.
+    return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/kfd")
+
+
+def _finished(group: Group, pending: set[int]) -> list[tuple[int, int]]:
+    """(rank, code) of the ranks that ended since the last look, earliest first where known."""
+    done = [(rank, code) for rank in sorted(pending) if (code := group.procs[rank].poll()) is not None]
+    return sorted(done, key=lambda rc: getattr(group.procs[rc[0]], "finished_at", 0.0))
+
+
+def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, str | None]:
     """Wait for every worker; the group's exit code and its first failure, if any."""
     first_failure: tuple[int, str] | None = None
     first_nonzero: int | None = None
@@ -288,10 +241,7 @@ def _supervise(cfg: RunConfig, group: _Group, received: list[int]) -> tuple[int,
             sig = next(s for s in received if s in _STOPPING)
             _say(f"got {signal.Signals(sig).name}; workers have {cfg.grace:g} s to exit")
             deadline = time.monotonic() + cfg.grace
-        for rank in sorted(pending):
-            code = group.procs[rank].poll()
-            if code is None:
-                continue
+        for rank, code in _finished(group, pending):
             pending.discard(rank)
             if code == 0:
                 continue

@@ -114,7 +114,7 @@ Started = tuple[Any, str, tuple[str, ...], str]
 
 def _start_engine(tf: Any, placement: Placement, requested: str, has_gpu: bool) -> Started:
     """Choose and start the collective engine for 2+ workers."""
-    mpi = engine.probe_mpi(placement.launcher) if requested in ("auto", "mpi") and not has_gpu else None
+    mpi = engine.probe_mpi(os.environ) if requested in ("auto", "mpi") and not has_gpu else None
     choice = engine.choose(requested, placement.rank, placement.size, placement.launcher, has_gpu, mpi)
     if choice.reason:
         _say(f"using TensorFlow's RING collectives, not MPI: {choice.reason}", placement.rank)

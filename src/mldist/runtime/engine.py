@@ -14,14 +14,16 @@ Example:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
 
 from ..errors import ConfigError
 
 COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
-#: Launchers whose processes form one MPI world (srun only with a PMI plugin the MPI speaks).
-MPI_LAUNCHERS = ("openmpi", "mpich", "pals", "aprun", "slurm")
+#: Variables that MPI-capable launchers set in every rank (srun forms a world only with a PMI
+#: plugin the MPI speaks; ``mldist run`` goes through mpiexec for the MPI engine).
+MPI_MARKERS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "PALS_RANKID", "ALPS_APP_PE", "SLURM_STEP_ID")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ def _mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None
     if isinstance(mpi, str):
         return mpi
     if mpi is None:
-        return f"the {launcher!r} launcher does not start an MPI world (start the workers with mpiexec or srun)"
+        return f"the {launcher!r} launcher started no MPI world (start the workers with mpiexec, srun or mldist run)"
     if (mpi.size, mpi.rank) != (size, rank):
         return (
             f"mpi4py's MPI ({mpi.library}) sees rank {mpi.rank} of {mpi.size} but the {launcher!r} launcher says "
@@ -84,13 +86,13 @@ def choose(requested: str, rank: int, size: int, launcher: str, has_gpu: bool, m
     return Choice("ring", problem) if problem else Choice("mpi")
 
 
-def probe_mpi(launcher: str) -> MpiWorld | str | None:
-    """Join the MPI world when the launcher starts one: mpi4py's view, or why it failed.
+def probe_mpi(env: Mapping[str, str]) -> MpiWorld | str | None:
+    """Join the MPI world when an MPI launcher started this process: mpi4py's view, or why it failed.
 
-    Importing ``mpi4py.MPI`` initialises MPI, so nothing is imported for
-    launchers that start no MPI world (``mldist run`` without mpiexec, TF_CONFIG).
+    Importing ``mpi4py.MPI`` initialises MPI, so nothing is imported when no
+    launcher variable says there is a world to join (None).
     """
-    if launcher not in MPI_LAUNCHERS:
+    if not any(name in env for name in MPI_MARKERS):
         return None
     try:
         from mpi4py import MPI

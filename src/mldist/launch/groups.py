@@ -1,0 +1,148 @@
+"""Worker groups of ``mldist run``: the processes of one attempt, their output and signals.
+
+``DirectGroup`` starts every worker itself (TensorFlow's engines find each
+other through ``MLDIST_WORKERS``); ``mpiexec.MpiexecGroup`` has mpiexec start
+them so they share one MPI world. Both give the supervisor the same handles:
+``poll()`` (Popen's return code convention) and ``pid`` (a session leader to signal).
+
+Example::
+
+    group = DirectGroup(cfg, restart=0)
+    group.start(); ...; group.signal_all(signal.SIGTERM); group.finish()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Protocol
+
+from ..errors import LaunchError
+from ..placement.resources import cpu_probe
+
+if TYPE_CHECKING:
+    from .local import RunConfig
+
+
+class Worker(Protocol):
+    """One rank as the supervisor sees it."""
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's session (process group) to signal, once known."""
+
+    def poll(self) -> int | None:
+        """None while running; else the exit code (negative: killed by that signal)."""
+
+
+def pump(source: Callable[[], IO[bytes]], prefix: bytes, out: IO[bytes], lock: threading.Lock) -> None:
+    """Copy lines from ``source()`` to ``out`` with ``prefix``, whole lines at a time.
+
+    ``source`` is called in the pump's own thread: opening a FIFO blocks until its writer opens it.
+    """
+    stream = source()
+    for line in iter(stream.readline, b""):
+        with lock:
+            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+            out.flush()
+    stream.close()
+
+
+class Group(ABC):
+    """What both kinds of group share: output pumps, log files, signalling."""
+
+    def __init__(self, cfg: RunConfig, restart: int = 0) -> None:
+        self.cfg = cfg
+        self.restart = restart
+        self.run_id = uuid.uuid4().hex[:12]
+        self.procs: list[Worker] = []
+        self.pumps: list[threading.Thread] = []
+        self.logs: list[IO[bytes]] = []
+        self.lock = threading.Lock()
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start every worker (raises LaunchError if they cannot start)."""
+
+    def cpu_sets(self) -> list[list[int]] | None:
+        """Per-rank CPU sets for ``--cpu-bind cores``, else None."""
+        from .local import cpu_sets
+
+        return cpu_sets(cpu_probe().allowed, self.cfg.nprocs) if self.cfg.cpu_bind == "cores" else None
+
+    def add_pumps(self, rank: int, stdout: Callable[[], IO[bytes]], stderr: Callable[[], IO[bytes]]) -> None:
+        """Relay a worker's stdout and stderr, each line prefixed ``[rank]``."""
+        prefix = f"[{rank}] ".encode()
+        for src, dst in ((stdout, sys.stdout.buffer), (stderr, sys.stderr.buffer)):
+            t = threading.Thread(target=pump, args=(src, prefix, dst, self.lock), daemon=True)
+            t.start()
+            self.pumps.append(t)
+
+    def signal_all(self, sig: int, only_running: bool = True) -> None:
+        """Send ``sig`` to every worker's session (only to those still running, by default)."""
+        for proc in self.procs:
+            pid = proc.pid
+            if pid is None or (only_running and proc.poll() is not None):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
+
+    def finish(self) -> None:
+        """Kill leftovers of every worker's session (e.g. grandchildren) and close the logs."""
+        self.signal_all(signal.SIGKILL, only_running=False)
+        deadline = time.monotonic() + 2
+        for t in self.pumps:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        for log in self.logs:
+            log.close()
+
+
+class DirectGroup(Group):
+    """Workers started by the launcher itself, one session each."""
+
+    def start(self) -> None:
+        """Start every worker; raises LaunchError (after killing the started ones) if one cannot start."""
+        from .local import die_with_parent, free_ports, worker_env
+
+        cfg = self.cfg
+        workers = [f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)]
+        sets = self.cpu_sets()
+        if cfg.log_dir:
+            os.makedirs(cfg.log_dir, exist_ok=True)
+        for rank in range(cfg.nprocs):
+            env = worker_env(os.environ, cfg, rank, workers, self.run_id, self.restart)
+            if sets:
+                env.setdefault("OMP_NUM_THREADS", str(len(sets[rank])))
+            out: int | IO[bytes] = subprocess.PIPE
+            if cfg.log_dir:
+                out = open(os.path.join(cfg.log_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
+                self.logs.append(out)
+            try:
+                proc = subprocess.Popen(
+                    list(cfg.command),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT if cfg.log_dir else subprocess.PIPE,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
+            except OSError as exc:
+                self.signal_all(signal.SIGKILL)
+                raise LaunchError(f"cannot start {cfg.command[0]!r}: {exc.strerror}") from None
+            if sets:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(proc.pid, sets[rank])
+            self.procs.append(proc)
+            if not cfg.log_dir:
+                stdout, stderr = proc.stdout, proc.stderr
+                assert stdout is not None and stderr is not None
+                self.add_pumps(rank, lambda s=stdout: s, lambda s=stderr: s)  # type: ignore[misc]

