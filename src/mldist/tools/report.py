@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import MldistError
 from ..placement import build_cluster_spec, detect
 from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, proxy_settings, thread_plan
+from ..runtime import engine
 from ..runtime.context import mpi_allgather_hosts
 
 #: Variables worth showing when present (prefix match).
@@ -96,8 +97,31 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
             report["gpus"] = _gpus(env)
         except ImportError:
             errors.append("TensorFlow is not installed: pip install 'mldist[cpu]' (or [gpu])")
+    if "placement" in report:
+        report["engine"] = _engine(env, report["placement"], bool(report.get("gpus")))
     report["errors"] = errors
     return report
+
+
+def _engine(env: Mapping[str, str], placement: Mapping[str, Any], has_gpu: bool) -> dict[str, str]:
+    """The engine ``init`` would choose, the MPI library behind it, and why not MPI (if so).
+
+    MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
+    """
+    requested = (env.get("MLDIST_COMMUNICATION") or "auto").lower()
+    size, rank, launcher = placement["size"], placement["rank"], placement["launcher"]
+    out = {"requested": requested, "choice": "none (one process)", "mpi_library": "", "reason": ""}
+    if size == 1:
+        return out
+    world = engine.probe_mpi(env) if requested in ("auto", "mpi") and not has_gpu else None
+    if isinstance(world, engine.MpiWorld):
+        out["mpi_library"] = world.library
+    try:
+        choice = engine.choose(requested, rank, size, launcher, has_gpu, world)
+        out |= {"choice": choice.name, "reason": choice.reason}
+    except MldistError as exc:
+        out |= {"choice": "error", "reason": str(exc)}
+    return out
 
 
 def format_report(report: Mapping[str, Any]) -> str:
@@ -123,5 +147,11 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append("gpu       none visible")
     lines += [f"init sets {k}={v}" for k, v in report.get("init_would_set", {}).items()]
     lines += [f"env       {k}={v}" for k, v in report["variables"].items()]
+    e = report.get("engine")
+    if e:
+        lines.append(
+            f"engine    {e['choice']} (asked: {e['requested']})" + (f" - {e['reason']}" if e["reason"] else "")
+        )
+        lines += [f"mpi       {e['mpi_library']}"] if e["mpi_library"] else []
     lines += [f"error     {e}" for e in report["errors"]]
     return "\n".join(lines)
