@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 r, n = ctx.rank, ctx.size
-out: dict[str, object] = {"rank": r, "size": n}
+out: dict[str, object] = {"rank": r, "size": n, "engine": ctx.communication}
 
 # Eager calls on nested structures and dtypes.
 red = mldist.allreduce({"a": tf.fill([3], float(r + 1)), "b": [tf.constant([[r]], tf.int32)]}, op="sum")
@@ -30,6 +30,13 @@ out["bcast"] = [
 out["gather"] = mldist.allgather(tf.fill([r + 1, 2], r)).numpy().tolist()
 
 
+def collectives_in(op: tf.Operation) -> int:
+    """TensorFlow's engine: one CollectiveReduce op per bucket; MPI: one MPI_Allreduce per output."""
+    if op.type.startswith("CollectiveReduce"):
+        return 1
+    return len(op.outputs) if op.type in ("PyFunc", "EagerPyFunc") and "mpi_allreduce" in op.name else 0
+
+
 # Traced: count the collective ops per bucket plan (3 float tensors of 40 B + 1 int tensor).
 def count(bucket_bytes: int) -> int:
     @tf.function
@@ -41,7 +48,7 @@ def count(bucket_bytes: int) -> int:
     seen, todo = 0, [graph]
     while todo:
         g = todo.pop()
-        seen += sum(op.type.startswith("CollectiveReduce") for op in g.get_operations())
+        seen += sum(collectives_in(op) for op in g.get_operations())
         todo += [fn.graph for fn in getattr(g, "_functions", {}).values() if hasattr(fn, "graph")]
     return seen
 

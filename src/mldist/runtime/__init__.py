@@ -1,4 +1,4 @@
-"""Inside a worker: ``init`` and the process context (context), collectives and
+"""Inside a worker: ``init`` and the process context (worker), collectives and
 gradient averaging, failure explanations (failures), private TensorFlow/Keras
 accesses (compat), and one module per collective engine (tf_engine).
 
@@ -11,8 +11,8 @@ Example::
 from __future__ import annotations
 
 from .collectives import allgather, allreduce, broadcast
-from .context import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
 from .gradients import DistributedGradientTape, average_gradients
+from .worker import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
 
 __all__ = [
     "Context",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from . import context as runtime
+from . import worker as runtime
 from .engine import module as engine_module
 
 #: Default bucket size: large enough that a typical CNN needs one collective.

@@ -104,6 +104,15 @@ def probe_mpi(env: Mapping[str, str]) -> MpiWorld | str | None:
     return MpiWorld(world.Get_rank(), world.Get_size(), MPI.Get_library_version().splitlines()[0].strip())
 
 
+_MODULES: dict[str, ModuleType] = {}
+
+
 def module(name: str) -> ModuleType:
-    """The engine module behind ``ctx.communication``: ``mpi_engine`` or ``tf_engine``."""
-    return importlib.import_module(f"{__package__}.{'mpi_engine' if name == 'mpi' else 'tf_engine'}")
+    """The engine module behind ``ctx.communication``: ``mpi_engine`` or ``tf_engine``.
+
+    Cached: collectives look it up while TensorFlow traces them, where an import
+    would make autograph try (and fail) to convert the import machinery.
+    """
+    if name not in _MODULES:
+        _MODULES[name] = importlib.import_module(f"{__package__}.{'mpi_engine' if name == 'mpi' else 'tf_engine'}")
+    return _MODULES[name]

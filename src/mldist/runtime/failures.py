@@ -11,9 +11,10 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import MldistError
 
@@ -48,11 +49,26 @@ def explain_failure(message: str) -> str | None:
     return None
 
 
+def fatal(message: str, code: int = 1) -> NoReturn:
+    """Print ``mldist: error (rank R): message`` and end the process at once with ``code``.
+
+    For errors found inside a graph callback on every rank at once: raising there
+    would make TensorFlow log the Python traceback twice before any hook could run.
+    """
+    from .worker import current
+
+    ctx = current()
+    where = f" (rank {ctx.rank})" if ctx is not None else ""
+    print(f"mldist: error{where}: {message}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(code)
+
+
 def one_line_errors(
     kind: type[BaseException], exc: BaseException, tb: TracebackType | None, previous: Any = sys.excepthook
 ) -> None:
     """``sys.excepthook``: mldist errors and known collective failures print as one line naming the rank."""
-    from .context import current
+    from .worker import current
 
     ctx = current()
     where = f" (rank {ctx.rank})" if ctx is not None else ""

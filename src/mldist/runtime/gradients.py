@@ -14,11 +14,11 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import compat
-from . import context as runtime
+from . import worker as runtime
 from .collectives import DEFAULT_BUCKET_BYTES, allreduce
 
 XLA_CPU_FIX = (
-    "XLA cannot compile the RING collectives mldist uses between CPU workers "
+    "XLA compiles no collectives between CPU workers (mldist's MPI and RING engines) "
     "(model.compile(jit_compile=True)); compile with jit_compile=False, or leave the default 'auto'"
 )
 

@@ -73,7 +73,7 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
 
 
 def _strategy() -> Any:
-    from .context import strategy
+    from .worker import strategy
 
     return strategy()
 

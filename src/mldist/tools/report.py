@@ -22,7 +22,7 @@ from ..errors import MldistError
 from ..placement import build_cluster_spec, detect
 from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, proxy_settings, thread_plan
 from ..runtime import engine
-from ..runtime.context import mpi_allgather_hosts
+from ..runtime.worker import mpi_allgather_hosts
 
 #: Variables worth showing when present (prefix match).
 _SHOWN = (

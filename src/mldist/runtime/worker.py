@@ -120,13 +120,12 @@ def _start_engine(tf: Any, placement: Placement, requested: str, has_gpu: bool) 
         _say(f"using TensorFlow's RING collectives, not MPI: {choice.reason}", placement.rank)
     if choice.name == "mpi":
         assert isinstance(mpi, engine.MpiWorld)
+        engine.module("mpi").start()
         return None, "mpi", (), mpi.library
     global _spec
     _spec = spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
     os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
-    from . import tf_engine
-
-    strategy, used = tf_engine.start(tf, spec, choice.name, has_gpu)
+    strategy, used = engine.module(choice.name).start(tf, spec, choice.name, has_gpu)
     return strategy, used, spec.workers, ""
 
 

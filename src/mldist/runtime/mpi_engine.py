@@ -1,0 +1,174 @@
+"""The MPI collective engine: mpi4py calls inside the graph, through ``tf.numpy_function``.
+
+No TensorFlow server and no compiled op: each fused buffer becomes one
+stateful ``numpy_function`` whose body calls ``MPI_Allreduce``, ``MPI_Bcast`` or
+``MPI_Allgatherv`` on the tensor's memory. TensorFlow orders stateful ops in
+program order, so every rank issues the same MPI calls in the same order;
+they run eagerly, in ``tf.function`` and in Keras ``fit`` (not under XLA).
+
+Before each call every rank joins one tiny ``MPI_Allreduce(MAX)`` of a
+signature and its negation (kind, op or root, buffer count, sizes, dtypes):
+ranks that disagree all stop (exit 1) with one line naming what each rank passed,
+instead of hanging or reducing mismatched memory. float16/bfloat16 are summed
+in float32, bool as int32; broadcast and allgather move raw bytes.
+
+Example::
+
+    start()                                   # mldist.init() does this
+    total, = allreduce([tf.constant([1.0, 2.0])], "sum")
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .failures import fatal
+
+_KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5}
+_ALIGN = 64  # TensorFlow adopts a returned array without a copy when its data is aligned so
+_comm: Any = None
+
+
+def start(comm: Any = None) -> Any:
+    """Take a private duplicate of ``comm`` (default ``COMM_WORLD``); collective: every rank calls it.
+
+    A duplicate keeps mldist's traffic apart from the user's own mpi4py calls.
+    """
+    global _comm
+    if _comm is None:
+        from mpi4py import MPI
+
+        _comm = (comm or MPI.COMM_WORLD).Dup()
+    return _comm
+
+
+def _aligned(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    raw = np.empty(count * dtype.itemsize + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    return raw[start : start + count * dtype.itemsize].view(dtype)
+
+
+def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Callable[[], str]) -> None:
+    """Return if all ranks pass the same signature; else every rank names each rank's arguments and exits 1."""
+    from mpi4py import MPI
+
+    layout = np.array([(a.dtype.num, a.size) for a in arrays], np.int64).tobytes()
+    sig = np.array([_KINDS[kind], arg, len(arrays), zlib.crc32(layout)], np.int64)
+    both = np.concatenate([sig, -sig])
+    _comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+    if np.array_equal(both[:4], -both[4:]):
+        return
+    everyone = _comm.allgather(what())  # all ranks take this path together
+    listed = "; ".join(f"rank {r}: {w}" for r, w in enumerate(everyone))
+    fatal(
+        f"workers passed tensors of different shapes or dtypes to one collective ({listed}); "
+        "every rank must run the same steps on same-shaped batches"
+    )
+
+
+def _describe(kind: str, arrays: Sequence[np.ndarray[Any, Any]]) -> Callable[[], str]:
+    return lambda: f"{kind} of " + ", ".join(f"{a.dtype.name}[{a.size}]" for a in arrays)
+
+
+def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name: str) -> list[Any]:
+    import tensorflow as tf
+
+    # Autograph would otherwise convert the callback and run the converted code at every step.
+    fn = tf.autograph.experimental.do_not_convert(fn)
+    out = tf.numpy_function(fn, inputs, [t.dtype for t in inputs], stateful=True, name=name)
+    return list(out) if isinstance(out, list | tuple) else [out]
+
+
+def _wire(t: Any) -> Any:
+    """A dtype MPI can reduce: 16-bit floats in float32, bool as int32."""
+    import tensorflow as tf
+
+    if t.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(t, tf.float32)
+    return tf.cast(t, tf.int32) if t.dtype == tf.bool else t
+
+
+def _bits(t: Any) -> Any:
+    """The same bytes in a dtype numpy and MPI carry (16-bit floats, bool)."""
+    import tensorflow as tf
+
+    if t.dtype == tf.bool:
+        return tf.cast(t, tf.uint8)
+    return tf.bitcast(t, tf.uint16) if t.dtype in (tf.float16, tf.bfloat16) else t
+
+
+def _unbits(t: Any, dtype: Any) -> Any:
+    import tensorflow as tf
+
+    if dtype == tf.bool:
+        return tf.not_equal(t, 0)
+    return tf.bitcast(t, dtype) if dtype in (tf.float16, tf.bfloat16) else t
+
+
+def allreduce(buffers: list[Any], op: str) -> list[Any]:
+    """Reduce 1-D buffers element-wise across ranks ("sum", "max" or "min"), one MPI_Allreduce each."""
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+
+    def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+        _agree(op, 0, arrays, _describe(f"allreduce({op})", arrays))
+        out = [_aligned(a.size, a.dtype) for a in arrays]
+        for a, o in zip(arrays, out, strict=True):
+            _comm.Allreduce(a, o, mpi_op)  # out of place: TensorFlow may still read the input
+        return out
+
+    reduced = _call(run, [_wire(b) for b in buffers], f"mpi_allreduce_{op}")
+    results = []
+    for r, b in zip(reduced, buffers, strict=True):
+        r.set_shape(b.shape)
+        results.append(tf.not_equal(r, 0) if b.dtype == tf.bool else tf.cast(r, b.dtype))
+    return results
+
+
+def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
+    """``root``'s 1-D buffers on every rank (raw bytes: exact for every dtype)."""
+
+    def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+        _agree("broadcast", root, arrays, _describe(f"broadcast(root={root})", arrays))
+        out = [_aligned(a.size, a.dtype) for a in arrays]
+        for a, o in zip(arrays, out, strict=True):
+            if rank == root:
+                np.copyto(o, a)  # never hand TensorFlow back an alias of its own tensor
+            _comm.Bcast(o.view(np.uint8), root)
+        return out
+
+    received = _call(run, [_bits(b) for b in buffers], "mpi_broadcast")
+    for r, b in zip(received, buffers, strict=True):
+        r.set_shape(b.shape)
+    return [_unbits(r, b.dtype) for r, b in zip(received, buffers, strict=True)]
+
+
+def allgather(value: Any, size: int) -> Any:
+    """Every rank's ``value`` concatenated on axis 0 in rank order; the first dimension may differ."""
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    dtype, inner = value.dtype, [int(d) for d in value.shape[1:]]
+
+    def run(a: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+        # The row count may differ: agree on dtype and inner shape only.
+        shape = zlib.crc32(np.array(inner, np.int64).tobytes())
+        _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}")
+        rows = np.empty(size, np.int64)
+        _comm.Allgather(np.array([a.shape[0]], np.int64), rows)
+        row_bytes = int(np.prod(inner)) * a.itemsize
+        out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
+        counts = rows * row_bytes
+        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        _comm.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
+        return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
+
+    (gathered,) = _call(run, [_bits(value)], "mpi_allgather")
+    gathered.set_shape(tf.TensorShape([None, *inner]))
+    return _unbits(gathered, dtype)
