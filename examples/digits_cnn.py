@@ -78,6 +78,9 @@ def main() -> None:
     args = parse_args()
     ctx = mldist.init()
     print(f"rank {ctx.rank} of {ctx.size} on {os.uname().nodename} (launcher {ctx.launcher})", flush=True)
+    if ctx.is_chief and ctx.size > 1:
+        library = f" ({ctx.mpi_library.split(',')[0]})" if ctx.mpi_library else ""
+        print(f"collectives: {ctx.communication} engine{library}", flush=True)
     import keras
     import tensorflow as tf
 
@@ -108,6 +111,7 @@ def main() -> None:
         "weights_sha256": weights_sha256(model),
         "train_seconds": round(seconds, 3),
         "host": os.uname().nodename,
+        "engine": ctx.communication,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
