@@ -67,6 +67,8 @@ class Group(ABC):
         self.pumps: list[threading.Thread] = []
         self.logs: list[IO[bytes]] = []
         self.lock = threading.Lock()
+        #: Signals for ranks whose pid was not known yet (a shim records it just after the start).
+        self.pending: dict[int, list[int]] = {}
 
     @abstractmethod
     def start(self) -> None:
@@ -87,13 +89,28 @@ class Group(ABC):
             self.pumps.append(t)
 
     def signal_all(self, sig: int, only_running: bool = True) -> None:
-        """Send ``sig`` to every worker's session (only to those still running, by default)."""
-        for proc in self.procs:
+        """Send ``sig`` to every worker's session (only to those still running, by default).
+
+        A rank whose pid is not known yet gets it from :meth:`deliver_pending`.
+        """
+        for rank, proc in enumerate(self.procs):
+            if only_running and proc.poll() is not None:
+                continue
             pid = proc.pid
-            if pid is None or (only_running and proc.poll() is not None):
+            if pid is None:
+                self.pending.setdefault(rank, []).append(sig)
                 continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
+
+    def deliver_pending(self) -> None:
+        """Send queued signals to ranks whose pid became known (the supervisor calls this each round)."""
+        for rank in list(self.pending):
+            pid = self.procs[rank].pid
+            if pid is not None:
+                for sig in self.pending.pop(rank):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, sig)
 
     def finish(self) -> None:
         """Kill leftovers of every worker's session (e.g. grandchildren) and close the logs."""

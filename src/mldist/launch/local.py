@@ -9,7 +9,7 @@ signalled and nothing is left behind.
 Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
     >>> sorted(worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1"))[:3]
-    ['MLDIST_LOCAL_RANK', 'MLDIST_LOCAL_SIZE', 'MLDIST_NODE_RANK']
+    ['MLDIST_COMMUNICATION', 'MLDIST_LOCAL_RANK', 'MLDIST_LOCAL_SIZE']
 """
 
 from __future__ import annotations
@@ -241,6 +241,7 @@ def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, 
             sig = next(s for s in received if s in _STOPPING)
             _say(f"got {signal.Signals(sig).name}; workers have {cfg.grace:g} s to exit")
             deadline = time.monotonic() + cfg.grace
+        group.deliver_pending()
         for rank, code in _finished(group, pending):
             pending.discard(rank)
             if code == 0:
