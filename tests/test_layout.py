@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PY, ROOT, clean_env
+from helpers import PY, ROOT, check, clean_env
 
 SRC = ROOT / "src" / "mldist"
 MODULES = sorted(SRC.rglob("*.py"))
@@ -96,8 +96,7 @@ def test_import_mldist_stays_free_of_tensorflow_and_submodules_are_lazy() -> Non
         "import mldist.cli; assert 'tensorflow' not in sys.modules, 'cli imported tensorflow'; "
         "print(mldist.data.__name__, mldist.preempt.__name__, mldist.keras.DistributedOptimizer.__name__)"
     )
-    res = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
+    res = check(subprocess.run([PY, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=120))
     assert res.stdout.split() == ["mldist.data", "mldist.preempt", "DistributedOptimizer"]
 
 

@@ -1,10 +1,63 @@
-"""Bad input: one clear line on stderr, exit code 2, never a traceback."""
+"""The command line as a user meets it: ``--help`` of every command, and bad input.
+
+Bad input gets one clear line on stderr and exit code 2, never a traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+
 import pytest
 
-from conftest import mldist
+from helpers import PY, check, clean_env, mldist
+from mldist.cli import build_parser
+
+
+def _commands() -> list[str]:
+    """Every subcommand registered on the real parser: a new command is tested without editing this file."""
+    parser, _handlers = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
+
+
+COMMANDS = _commands()
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, subprocess.CompletedProcess[str]]:
+    """``python -m mldist CMD --help`` for every command, started together rather than one after another."""
+    env = clean_env()
+    procs = {
+        cmd: subprocess.Popen(
+            [PY, "-m", "mldist", cmd, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for cmd in COMMANDS
+    }
+    done = {}
+    try:
+        for cmd, proc in procs.items():
+            out, err = proc.communicate(timeout=60)
+            done[cmd] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def test_the_walk_finds_the_commands() -> None:
+    assert {"run", "env", "submit", "status", "cancel", "logs"} <= set(COMMANDS), COMMANDS
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_with_an_example(
+    command: str, helps: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    res = check(helps[command])
+    assert "example:" in res.stdout
+    assert f"mldist {command}" in res.stdout
 
 
 @pytest.mark.parametrize(
@@ -19,28 +72,19 @@ from conftest import mldist
         (["run", "-n", "2", "--", "/nonexistent/prog"], "cannot start '/nonexistent/prog'"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "required: COMMAND"),
+        # Formerly its own test (test_negative_max_restarts_is_one_line_exit_2); last, to keep the ids above.
+        (["run", "-n", "2", "--max-restarts", "-1", "--", "true"], "--max-restarts"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:
-    res = mldist(args)
-    assert res.returncode == 2
+    res = check(mldist(args), 2)
     lines = res.stderr.strip().splitlines()
     assert 1 <= len(lines) <= 2, res.stderr
     assert fragment in lines[-1]
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("command", ["run", "env"])
-def test_every_command_has_help_with_an_example(command: str) -> None:
-    res = mldist([command, "--help"])
-    assert res.returncode == 0
-    assert "example:" in res.stdout
-    assert f"mldist {command}" in res.stdout
-
-
 def test_bad_environment_is_reported_not_raised() -> None:
-    from conftest import clean_env
-
     res = mldist(["env", "--json", "--no-tensorflow"], env=clean_env(SLURM_STEP_ID="0", SLURM_PROCID="x"))
-    assert res.returncode == 0
+    check(res)
     assert "SLURM_PROCID='x' is not an integer" in res.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PY, clean_env, mldist, processes_with
+from helpers import PY, check, clean_env, mldist, processes_with, wait_for
 from mldist.launch.local import RunConfig, worker_env
 
 
@@ -25,8 +25,7 @@ def test_every_worker_gets_its_rank_and_the_same_worker_list() -> None:
         "import json, os; print(json.dumps({k: os.environ[k] for k in "
         "('MLDIST_RANK','MLDIST_SIZE','MLDIST_LOCAL_RANK','MLDIST_LOCAL_SIZE','MLDIST_WORKERS')}))"
     )
-    res = mldist(["run", "-n", "3", "--", PY, "-c", code])
-    assert res.returncode == 0, res.stderr
+    res = check(mldist(["run", "-n", "3", "--", PY, "-c", code]))
     rows = {}
     for line in res.stdout.splitlines():
         prefix, _, payload = line.partition(" ")
@@ -41,22 +40,22 @@ def test_every_worker_gets_its_rank_and_the_same_worker_list() -> None:
     assert len(set(ports)) == 3
 
 
-def test_failing_worker_stops_the_group_with_its_code(tag: str) -> None:
-    script = f"if [ $MLDIST_RANK = 1 ]; then sleep 1; exit 3; fi; {_sleeper(tag)}"
+@pytest.mark.parametrize(
+    "rank, death, code, message",
+    [(1, "exit 3", 3, "rank 1 exited with code 3"), (0, "kill -9 $$", 137, "rank 0 was killed by SIGKILL")],
+    ids=["exit-code", "sigkill"],
+)
+def test_a_failing_worker_stops_the_group_with_its_code_and_leaves_nothing(
+    rank: int, death: str, code: int, message: str, tag: str
+) -> None:
+    """A worker that exits with a code, or is killed, takes the others down; its code is the launcher's."""
+    script = f"if [ $MLDIST_RANK = {rank} ]; then sleep 1; {death}; fi; {_sleeper(tag)}"
     t0 = time.monotonic()
     res = mldist(["run", "-n", "2", "--", "bash", "-c", script])
     elapsed = time.monotonic() - t0
-    assert res.returncode == 3
-    assert "rank 1 exited with code 3" in res.stderr
+    check(res, code)
+    assert message in res.stderr
     assert elapsed < 15
-    assert processes_with(tag) == []
-
-
-def test_sigkilled_worker_gives_137_and_leaves_nothing(tag: str) -> None:
-    script = f"if [ $MLDIST_RANK = 0 ]; then sleep 1; kill -9 $$; fi; {_sleeper(tag)}"
-    res = mldist(["run", "-n", "2", "--", "bash", "-c", script])
-    assert res.returncode == 137
-    assert "rank 0 was killed by SIGKILL" in res.stderr
     assert processes_with(tag) == []
 
 
@@ -71,12 +70,10 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
 
 
 def _wait_for_line(path: Path, count: int, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= count:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"workers did not start: {path}")
+    def started() -> bool:
+        return path.exists() and len(path.read_text().splitlines()) >= count
+
+    wait_for(started, timeout, f"workers to start: {path}")
 
 
 def test_sigterm_is_forwarded_and_the_workers_code_passes_through(tmp_path: Path, tag: str) -> None:
@@ -106,8 +103,7 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path, tag: 
 
 
 def test_log_dir_writes_one_file_per_rank(tmp_path: Path) -> None:
-    res = mldist(["run", "-n", "2", "--log-dir", str(tmp_path), "--", "bash", "-c", "echo hi from $MLDIST_RANK"])
-    assert res.returncode == 0
+    res = check(mldist(["run", "-n", "2", "--log-dir", str(tmp_path), "--", "bash", "-c", "echo hi from $MLDIST_RANK"]))
     assert res.stdout == ""
     assert (tmp_path / "rank-0.log").read_text() == "hi from 0\n"
     assert (tmp_path / "rank-1.log").read_text() == "hi from 1\n"
@@ -116,8 +112,7 @@ def test_log_dir_writes_one_file_per_rank(tmp_path: Path) -> None:
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
 def test_cpu_bind_cores_gives_disjoint_cpu_sets() -> None:
     code = "import os; print(sorted(os.sched_getaffinity(0)))"
-    res = mldist(["run", "-n", "2", "--cpu-bind", "cores", "--", PY, "-c", code])
-    assert res.returncode == 0, res.stderr
+    res = check(mldist(["run", "-n", "2", "--cpu-bind", "cores", "--", PY, "-c", code]))
     sets = [set(json.loads(line.split(" ", 1)[1])) for line in res.stdout.splitlines()]
     assert len(sets) == 2 and all(sets)
     assert not sets[0] & sets[1]

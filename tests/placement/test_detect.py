@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from helpers import TESTS
 from mldist.errors import DetectionError
 from mldist.placement.detect import detect, slurm_rank_nodes
-from mldist.placement.hostlist import expand_hostlist, expand_tasks_per_node
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures" / "envs").glob("*.json"))
+FIXTURES = sorted((TESTS / "fixtures" / "envs").glob("*.json"))
 
 
 def _cases() -> list[tuple[str, int, dict[str, Any], dict[str, Any]]]:
@@ -74,34 +74,6 @@ def test_aprun_with_the_sizes_mldist_submit_exports() -> None:
     env = {"ALPS_APP_PE": "3", "ALPS_APP_ID": "99", "MLDIST_SIZE": "4", "MLDIST_LOCAL_SIZE": "2"}
     p = detect(env)
     assert (p.launcher, p.rank, p.size, p.local_rank, p.local_size, p.node_index) == ("aprun", 3, 4, 1, 2, 1)
-
-
-@pytest.mark.parametrize(
-    "text, hosts",
-    [
-        ("gpu[01-04,07]", ["gpu01", "gpu02", "gpu03", "gpu04", "gpu07"]),
-        ("n[9-11],login1", ["n9", "n10", "n11", "login1"]),
-        ("node1,node2", ["node1", "node2"]),
-        ("r[1-2]n[0-1]", ["r1n0", "r1n1", "r2n0", "r2n1"]),
-        ("x3005c0s13b0n0", ["x3005c0s13b0n0"]),
-        ("a[008-010]", ["a008", "a009", "a010"]),
-    ],
-)
-def test_expand_hostlist(text: str, hosts: list[str]) -> None:
-    assert expand_hostlist(text) == hosts
-
-
-@pytest.mark.parametrize("text", ["gpu[01-04", "gpu]1[", "n[a-b]", "n[5-3]"])
-def test_bad_hostlists_are_named(text: str) -> None:
-    with pytest.raises(DetectionError, match="host list"):
-        expand_hostlist(text)
-
-
-def test_tasks_per_node() -> None:
-    assert expand_tasks_per_node("3(x2),2") == [3, 3, 2]
-    assert expand_tasks_per_node("1") == [1]
-    with pytest.raises(DetectionError, match="tasks-per-node"):
-        expand_tasks_per_node("3(2)")
 
 
 def _slurm(rank: int, node: int, local: int, ntasks: int, nodes: str, tpn: str, **extra: str) -> dict[str, str]:

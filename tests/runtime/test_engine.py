@@ -5,26 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from conftest import PY, ROOT, clean_env, mldist
+from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
-WORKERS = Path(__file__).parent / "workers"
-
-
-def _results(stdout: str) -> list[dict[str, Any]]:
-    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if "RESULT " in line]
-    return sorted(rows, key=lambda r: int(r["rank"]))
 
 
 def test_collectives_on_two_workers() -> None:
-    res = mldist(["run", "-n", "2", "--", PY, str(WORKERS / "collectives.py")], timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = _results(res.stdout)
+    res = check(mldist(["run", "-n", "2", "--", PY, str(WORKERS / "collectives.py")], timeout=240))
+    rows = results(res.stdout)
     assert len(rows) == 2
     for row in rows:
         assert row["sum_a"] == [3.0, 3.0, 3.0]  # 1 + 2
@@ -41,30 +33,25 @@ def test_collectives_on_two_workers() -> None:
 
 
 def test_one_worker_collectives_are_identities() -> None:
-    res = subprocess.run(
-        [PY, str(WORKERS / "collectives.py")], capture_output=True, text=True, env=clean_env(), timeout=120
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    (row,) = _results(res.stdout)
+    res = check(run_py(str(WORKERS / "collectives.py")))
+    (row,) = results(res.stdout)
     assert (row["sum_a"], row["mean"], row["gather"]) == ([1.0, 1.0, 1.0], [0.0], [[0, 0]])
     assert (row["collectives_one_bucket"], row["collectives_small_buckets"]) == (0, 0)
     assert (row["steps"], row["file_steps"]) == (5, 5)
 
 
 def _fit(mode: str, out: Path, workers: int) -> subprocess.CompletedProcess[str]:
-    cmd = [PY, str(WORKERS / "fit_modes.py"), mode, str(out)]
+    args = [str(WORKERS / "fit_modes.py"), mode, str(out)]
     if workers == 1:
-        return subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), timeout=240)
-    return mldist(["run", "-n", str(workers), "--", *cmd], timeout=240)
+        return run_py(*args, timeout=240)
+    return mldist(["run", "-n", str(workers), "--", PY, *args], timeout=240)
 
 
 def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path) -> None:
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
-    single = _fit("equivalence", tmp_path / "one", 1)
-    assert single.returncode == 0, single.stderr[-3000:]
-    dist = _fit("equivalence", tmp_path / "two", 2)
-    assert dist.returncode == 0, dist.stderr[-3000:]
+    check(_fit("equivalence", tmp_path / "one", 1))
+    check(_fit("equivalence", tmp_path / "two", 2))
     w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
     ref = np.load(tmp_path / "one" / "weights-0.npy")
     assert np.array_equal(w0, w1)  # bit-identical although the ranks were seeded differently
@@ -72,8 +59,7 @@ def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path) -> Non
 
 
 def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path) -> None:
-    res = _fit("meangrad", tmp_path, 2)
-    assert res.returncode == 0, res.stderr[-3000:]
+    check(_fit("meangrad", tmp_path, 2))
     g0, g1 = (np.load(tmp_path / f"grad-{r}.npy") for r in (0, 1))
     assert not np.allclose(g0, g1)  # the workers really had different data
     for r in (0, 1):
@@ -81,35 +67,32 @@ def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path) -
         np.testing.assert_allclose(after, 1.0 - (g0 + g1) / 2, rtol=1e-6)  # w0 = 1, lr = 1
 
 
-def test_xla_on_cpu_stops_with_one_clear_line(tmp_path: Path) -> None:
-    res = _fit("xla", tmp_path, 2)
-    assert res.returncode == 1
-    assert "XLA-FIT-RAN" not in res.stdout
-    lines = [line for line in (res.stdout + res.stderr).splitlines() if "mldist: error" in line]
-    assert lines and all("jit_compile=False" in line for line in lines)
-    assert "Traceback" not in res.stdout + res.stderr
-
-
-def test_uneven_steps_stop_before_training_naming_each_rank(tmp_path: Path) -> None:
-    res = _fit("uneven", tmp_path, 2)
-    assert res.returncode == 1
-    assert "UNEVEN-FIT-RAN" not in res.stdout
-    assert "steps per epoch differ between workers (rank 0: 3, rank 1: 4)" in res.stdout + res.stderr
-    assert "Traceback" not in res.stdout + res.stderr
-
-
-def test_shape_mismatch_in_a_collective_is_explained(tmp_path: Path) -> None:
-    res = _fit("shapes", tmp_path, 2)
-    assert res.returncode == 1
-    assert "SHAPES-RAN" not in res.stdout
-    assert "workers passed tensors of different shapes" in res.stdout + res.stderr
-    assert "Traceback" not in res.stdout + res.stderr
+@pytest.mark.parametrize(
+    "mode, ran, message",
+    [
+        ("xla", "XLA-FIT-RAN", "jit_compile=False"),
+        ("uneven", "UNEVEN-FIT-RAN", "steps per epoch differ between workers (rank 0: 3, rank 1: 4)"),
+        ("shapes", "SHAPES-RAN", "workers passed tensors of different shapes"),
+    ],
+    ids=["xla-on-cpu", "uneven-steps-naming-each-rank", "shape-mismatch-in-a-collective"],
+)
+def test_worker_mistakes_stop_before_training_with_a_clear_message(
+    mode: str, ran: str, message: str, tmp_path: Path
+) -> None:
+    """XLA on CPU, uneven steps per epoch, different shapes in one collective: exit 1, said plainly."""
+    res = check(_fit(mode, tmp_path, 2), 1)
+    both = res.stdout + res.stderr
+    assert ran not in res.stdout
+    assert message in both
+    if mode == "xla":  # one clear line: every error line names the fix
+        lines = [line for line in both.splitlines() if "mldist: error" in line]
+        assert lines and all(message in line for line in lines)
+    assert "Traceback" not in both
 
 
 def test_example_reaches_95_percent_with_two_workers(tmp_path: Path) -> None:
     example = ROOT / "examples" / "digits_cnn.py"
-    res = mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = check(mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], timeout=300))
     r0, r1 = (json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1))
     assert (r0["size"], r1["rank"]) == (2, 1)
     assert r0["test_accuracy"] >= 0.95
@@ -121,9 +104,8 @@ def test_example_reaches_95_percent_with_two_workers(tmp_path: Path) -> None:
 def test_legacy_tf_keras_scope_fit_and_distributed_optimizer() -> None:
     worker = [PY, str(WORKERS / "legacy.py")]
     env = clean_env(TF_USE_LEGACY_KERAS="1")
-    res = mldist(["run", "-n", "2", "--", *worker], env=env, timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
-    r0, r1 = _results(res.stdout)
+    res = check(mldist(["run", "-n", "2", "--", *worker], env=env, timeout=240))
+    r0, r1 = results(res.stdout)
     assert r0["keras"].startswith("tf_keras") and r0["optimizer_class"].startswith("tf_keras")
     assert r0["scope"] == r1["scope"]  # MultiWorkerMirroredStrategy scope + fit
     assert r0["optimizer"] == r1["optimizer"]  # DistributedOptimizer outside any scope

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PY, ROOT, clean_env, mldist
+from helpers import PY, ROOT, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +36,10 @@ print("RESULT", json.dumps({
 """
 
 
-def _results(stdout: str) -> list[dict[str, object]]:
-    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if "RESULT " in line]
-    return sorted(rows, key=lambda r: int(r["rank"]))  # type: ignore[call-overload]
-
-
 def test_two_workers_under_mldist_run_share_one_collective() -> None:
     env = clean_env(https_proxy="http://proxy.invalid:3128")
-    res = mldist(["run", "-n", "2", "--", PY, "-c", WORKER], env=env, timeout=180)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = _results(res.stdout)
+    res = check(mldist(["run", "-n", "2", "--", PY, "-c", WORKER], env=env, timeout=180))
+    rows = results(res.stdout)
     assert [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in rows] == [
         (0, 2, 0, 2),
         (1, 2, 1, 2),
@@ -60,16 +54,14 @@ def test_two_workers_under_mldist_run_share_one_collective() -> None:
 
 
 def test_one_process_uses_no_collectives() -> None:
-    res = subprocess.run([PY, "-c", WORKER], capture_output=True, text=True, env=clean_env(), timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    (row,) = _results(res.stdout)
+    res = check(run_py("-c", WORKER))
+    (row,) = results(res.stdout)
     assert (row["rank"], row["size"], row["sum"], row["comm"]) == (0, 1, 1.0, "none")
     assert row["strategy"] == "_DefaultDistributionStrategy"
 
 
 def test_env_report_under_the_launcher() -> None:
-    res = mldist(["run", "-n", "2", "--", PY, "-m", "mldist", "env", "--json"], timeout=180)
-    assert res.returncode == 0, res.stderr[-3000:]
+    res = check(mldist(["run", "-n", "2", "--", PY, "-m", "mldist", "env", "--json"], timeout=180))
     reports: dict[str, dict[str, object]] = {}
     current: list[str] = []
     prefix = ""
@@ -98,9 +90,8 @@ def test_open_mpi_mpiexec_with_host_discovery_over_mpi4py() -> None:
     env = clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MLDIST_PORT_BASE="24000")
     assert MPIEXEC is not None
     cmd = [MPIEXEC, "-n", "2", "--oversubscribe", PY, "-c", WORKER]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=ROOT)
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = _results(res.stdout)
+    res = check(subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=ROOT))
+    rows = results(res.stdout)
     assert [(r["rank"], r["size"], r["launcher"]) for r in rows] == [(0, 2, "openmpi"), (1, 2, "openmpi")]
     assert {r["sum"] for r in rows} == {11.0}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, clean_env, mldist
+from helpers import ROOT, clean_env, mldist
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Stand-ins for the programs a rendered batch script calls (tests/test_render.py).
+"""Stand-ins for the programs a rendered batch script calls (tests/launch/batch/harness.py).
 
 Usage: ``standin.py NAME ARGS...`` where NAME is one of ``PROGRAMS``. The test
 suite puts a small generated ``NAME`` wrapper per program on ``PATH`` that runs

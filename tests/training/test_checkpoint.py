@@ -1,8 +1,8 @@
 """Checkpoints, resume, preemption and restarts.
 
-The file format and the launcher's restart logic are tested in-process or
-with tiny shell workers; everything about training runs 2 real workers of
-tests/workers/resume.py under ``mldist run`` (16 steps per epoch).
+The file format is tested in-process; everything about training runs 2 real
+workers of tests/workers/resume.py under ``mldist run`` (16 steps per epoch).
+The launcher's own restart logic (tiny shell workers) is in launch/test_restarts.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import PY, ROOT, clean_env, mldist
+from helpers import PY, WORKERS, check, clean_env, mldist
 from mldist.checkpoint import (
     MANIFEST,
     STATE,
@@ -31,7 +31,7 @@ from mldist.checkpoint import (
 )
 from mldist.errors import CheckpointError
 
-WORKER = str(ROOT / "tests" / "workers" / "resume.py")
+WORKER = str(WORKERS / "resume.py")
 STEPS_PER_EPOCH = 16
 
 
@@ -106,44 +106,12 @@ def test_manager_round_trip_keeps_the_last_n_and_refuses_other_shapes(tmp_path: 
     assert CheckpointManager(tmp_path / "empty").restore(model=[a]) == 0
 
 
-# -- the launcher's restarts (no TensorFlow) -----------------------------------------------------
-
-FAIL_FIRST = 'if [ "$MLDIST_RESTART" = 0 ] && [ "$MLDIST_RANK" = 1 ]; then exit 3; fi; echo "ok $MLDIST_RESTART"'
-
-
-def test_max_restarts_restarts_the_group_after_a_failure() -> None:
-    r = mldist(["run", "-n", "2", "--max-restarts", "1", "--", "sh", "-c", FAIL_FIRST])
-    assert r.returncode == 0, r.stderr
-    assert "restarting the group (1 of 1) after: rank 1 exited with code 3" in r.stderr
-    assert "ok 1" in r.stdout
-
-
-def test_max_restarts_gives_up_and_lists_the_failures() -> None:
-    r = mldist(["run", "-n", "2", "--max-restarts", "2", "--", "sh", "-c", 'exit "$((MLDIST_RESTART + 4))"'])
-    assert r.returncode == 6
-    assert "giving up after 2 restart(s)" in r.stderr
-    last = r.stderr.strip().splitlines()[-1]
-    assert "exited with code 4" in last and "exited with code 5" in last and "exited with code 6" in last
-
-
-def test_exit_75_is_passed_through_not_restarted() -> None:
-    r = mldist(["run", "-n", "2", "--max-restarts", "3", "--", "sh", "-c", 'echo "try $MLDIST_RESTART"; exit 75'])
-    assert r.returncode == 75
-    assert "restarting" not in r.stderr and "try 1" not in r.stdout
-
-
-def test_negative_max_restarts_is_one_line_exit_2() -> None:
-    r = mldist(["run", "-n", "2", "--max-restarts", "-1", "--", "true"])
-    assert r.returncode == 2 and "Traceback" not in r.stderr and "--max-restarts" in r.stderr
-
-
 # -- 2 real workers ------------------------------------------------------------------------------
 
 
 def _run(out: Path, *worker_args: str, launcher: tuple[str, ...] = (), timeout: float = 240) -> Any:
     out.mkdir(parents=True, exist_ok=True)
-    argv = [PY, "-m", "mldist", "run", "-n", "2", *launcher, "--", PY, WORKER, str(out), *worker_args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=clean_env())
+    return mldist(["run", "-n", "2", *launcher, "--", PY, WORKER, str(out), *worker_args], timeout=timeout)
 
 
 def _epochs(out: Path, rank: int = 0) -> list[dict[str, int]]:
@@ -165,8 +133,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted 2-worker run of 4 epochs (checkpoints at steps 32, 48, 64)."""
     out = tmp_path_factory.mktemp("reference")
-    r = _run(out, "--epochs", "4")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    check(_run(out, "--epochs", "4"))
     assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2, 3]
     return out
 
@@ -174,8 +141,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_sigkilled_worker_restarts_from_the_last_checkpoint_and_matches(reference: Path, tmp_path: Path) -> None:
     # Rank 1 kills itself before step 40 (epoch 2, batch 8); the last checkpoint is step 32.
-    r = _run(tmp_path, "--epochs", "4", "--kill-at", "40", launcher=("--max-restarts", "1"))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = check(_run(tmp_path, "--epochs", "4", "--kill-at", "40", launcher=("--max-restarts", "1")))
     assert "restarting the group (1 of 1) after: rank 1 was killed by SIGKILL" in r.stderr
     records = _epochs(tmp_path, rank=1)
     first = [(e["epoch"], e["step"]) for e in records if e["attempt"] == 0]
@@ -212,8 +178,7 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(reference: Pa
     saved = [s for s, _ in checkpoints(out / "ckpt")]
     assert saved and saved[-1] % STEPS_PER_EPOCH != 0, f"no mid-epoch checkpoint: {saved}"
     step = saved[-1]
-    r = _run(out, "--epochs", "4")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = check(_run(out, "--epochs", "4"))
     resumed = _epochs(out)[len([e for e in _epochs(out) if e["step"] < step]) :]
     assert resumed[0] == {"attempt": 0, "epoch": step // STEPS_PER_EPOCH, "step": step}
     assert f"resuming from checkpoint step {step}: epoch {step // 16}, batch {step % 16}" in r.stderr
@@ -229,8 +194,7 @@ def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, refe
     data = state.read_bytes()
     state.write_bytes(data[:-1000] if damage == "truncate" else data[:500] + bytes([data[500] ^ 0x55]) + data[501:])
     # Rank 1 sees only an empty directory of its own: rank 0 reads and broadcasts.
-    r = _run(tmp_path, "--epochs", "5", "--private-ckpt")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = check(_run(tmp_path, "--epochs", "5", "--private-ckpt"))
     assert f"skipping damaged checkpoint: {state}" in r.stderr
     for rank in (0, 1):
         assert [(e["epoch"], e["step"]) for e in _epochs(tmp_path, rank)] == [(3, 48), (4, 64)]
@@ -240,22 +204,18 @@ def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, refe
 
 @pytest.mark.slow
 def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path) -> None:
-    loop = str(ROOT / "tests" / "workers" / "custom_loop.py")
+    loop = str(WORKERS / "custom_loop.py")
 
     def run(out: Path, *extra: str) -> Any:
         out.mkdir(exist_ok=True)
-        argv = [PY, "-m", "mldist", "run", "-n", "2", "--", PY, loop, str(out), *extra]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=clean_env())
+        return mldist(["run", "-n", "2", "--", PY, loop, str(out), *extra], timeout=180)
 
-    whole = run(tmp_path / "whole")
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    check(run(tmp_path / "whole"))
     # Only rank 1 gets SIGUSR1, before step 12: the ranks agree at step 12 and both exit 75.
-    cut = run(tmp_path / "cut", "12")
-    assert cut.returncode == 75, cut.stdout[-3000:] + cut.stderr[-3000:]
+    cut = check(run(tmp_path / "cut", "12"), 75)
     assert "[0] rank 0 saved at step 12; exiting 75" in cut.stdout
     assert "[1] rank 1 saved at step 12; exiting 75" in cut.stdout
-    resumed = run(tmp_path / "cut")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = check(run(tmp_path / "cut"))
     assert "[0] rank 0 starts at step 12" in resumed.stdout and "[1] rank 1 starts at step 12" in resumed.stdout
     final = [np.load(tmp_path / "cut" / f"final-rank{r}.npy") for r in (0, 1)]
     assert np.array_equal(final[0], final[1])

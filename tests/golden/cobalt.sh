@@ -1,0 +1,50 @@
+#!/bin/bash
+#COBALT -n 2
+#COBALT -O /scratch/u/run/job
+#COBALT -t 120
+#COBALT -q debug-cache-quad
+#COBALT -A proj1
+#COBALT --attrs mcdram=cache:numa=quad
+#COBALT --dependencies 1234:1235
+# Written by mldist submit.
+set -uo pipefail
+export MLDIST_JOB_DIR=/scratch/u/run
+export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"
+job_id="${COBALT_JOBID:-local}"
+mkdir -p "$MLDIST_JOB_DIR"
+export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"
+rm -f -- "$MLDIST_REQUEUE_MARK".rank-*
+if ! command -v module >/dev/null 2>&1; then
+  for f in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh; do [ -r "$f" ] && . "$f"; done
+fi
+module purge
+module load gcc/12.2
+module load cuda/12.2
+export OMP_NUM_THREADS=16 MLDIST_CPUS_PER_TASK=16
+export NCCL_DEBUG=INFO
+export RUN_NOTE='it'"'"'s $HOME'
+export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-${TMPDIR:-/tmp}/apptainer-cache-$(id -u)}"
+{
+  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"
+  echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1
+  echo "## python"; apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python3 -c "import sys; print(sys.executable, sys.version)"
+  echo "## pip freeze"; apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python3 -m pip freeze
+  echo "## mldist env"; apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python3 -m mldist env --json --no-tensorflow
+} >"$MLDIST_JOB_DIR/environment-$job_id.txt" 2>&1
+( trap 'kill "$nap" 2>/dev/null; exit 0' TERM; sleep 7080 & nap=$!; wait "$nap"; kill -USR1 $$ ) & watcher=$!
+aprun -n 8 -N 4 -d 16 -j 2 -cc depth -e MLDIST_SIZE=8 -e MLDIST_LOCAL_SIZE=4 -e OMP_NUM_THREADS=16 bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'[ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'[ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; wait "$c" || code=$?; while kill -0 "$c" 2>/dev/null; do code=0; wait "$c" || code=$?; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python train.py --epochs 5 &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+trap 'echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
+code=0; wait "$child" || code=$?
+while kill -0 "$child" 2>/dev/null; do code=0; wait "$child" || code=$?; done
+kill "$watcher" 2>/dev/null
+for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
+  if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi
+done
+if [ "$code" -eq 75 ]; then
+  echo "mldist: workers saved and asked to be requeued (exit 75)"
+  qsub --env MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"
+fi
+echo "mldist: job step ended with exit code $code"
+exit "$code"

@@ -1,0 +1,55 @@
+#!/bin/bash
+#SBATCH --job-name=golden
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --output=/scratch/u/run/job-%j.out
+#SBATCH --open-mode=append
+#SBATCH --cpus-per-task=8
+#SBATCH --gpus-per-node=4
+#SBATCH --time=2:00:00
+#SBATCH --mem=64G
+#SBATCH --dependency=afterok:123
+#SBATCH --account=proj1
+#SBATCH --partition=gpu
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@120
+# Written by mldist submit.
+set -uo pipefail
+export MLDIST_JOB_DIR=/scratch/u/run
+export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"
+job_id="${SLURM_JOB_ID:-local}"
+mkdir -p "$MLDIST_JOB_DIR"
+export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"
+rm -f -- "$MLDIST_REQUEUE_MARK".rank-*
+if ! command -v module >/dev/null 2>&1; then
+  for f in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh; do [ -r "$f" ] && . "$f"; done
+fi
+module purge
+module load gcc/12.2
+module load cuda/12.2
+export OMP_NUM_THREADS=8 MLDIST_CPUS_PER_TASK=8
+export NCCL_DEBUG=INFO
+export RUN_NOTE='it'"'"'s $HOME'
+export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-${TMPDIR:-/tmp}/apptainer-cache-$(id -u)}"
+{
+  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"
+  echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1
+  echo "## python"; apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python3 -c "import sys; print(sys.executable, sys.version)"
+  echo "## pip freeze"; apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python3 -m pip freeze
+  echo "## mldist env"; apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python3 -m mldist env --json --no-tensorflow
+} >"$MLDIST_JOB_DIR/environment-$job_id.txt" 2>&1
+srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --cpu-bind=cores --gpus-per-task=1 bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'[ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'[ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; wait "$c" || code=$?; while kill -0 "$c" 2>/dev/null; do code=0; wait "$c" || code=$?; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python train.py --epochs 5 &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+trap 'echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
+code=0; wait "$child" || code=$?
+while kill -0 "$child" 2>/dev/null; do code=0; wait "$child" || code=$?; done
+for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
+  if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi
+done
+if [ "$code" -eq 75 ]; then
+  echo "mldist: workers saved and asked to be requeued (exit 75)"
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+echo "mldist: job step ended with exit code $code"
+exit "$code"

@@ -1,0 +1,97 @@
+"""Shared test helpers: run the real CLI in subprocesses, read its output, find leftover processes.
+
+Importable from every test folder as ``from helpers import ...`` (``pythonpath`` in the
+``[tool.pytest.ini_options]`` of pyproject.toml). Fixtures live in the conftest.py files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+WORKERS = TESTS / "workers"  # worker programs run under the launcher (never imported)
+PY = sys.executable
+
+#: How much of each output stream a failure message shows (the end: where the error is).
+TAIL = 3000
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without launcher variables, plus ``extra``."""
+    prefixes = ("MLDIST_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "ALPS_", "PBS_", "TF_CONFIG")
+    # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
+    threads = ("OMP_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in threads}
+    env.update(extra)
+    return env
+
+
+def mldist(args: Sequence[str], timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m mldist ARGS`` and capture its output."""
+    env = kw.pop("env", None) or clean_env()
+    return subprocess.run(
+        [PY, "-m", "mldist", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def run_py(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` (no launcher: one process) in a clean environment and capture its output."""
+    return subprocess.run([PY, *args], capture_output=True, text=True, env=env or clean_env(), timeout=timeout)
+
+
+def tail(res: subprocess.CompletedProcess[str], chars: int = TAIL) -> str:
+    """The exit code and the last ``chars`` characters of stdout and of stderr: a failure message."""
+    return f"exit {res.returncode}\n--- stdout (tail)\n{res.stdout[-chars:]}\n--- stderr (tail)\n{res.stderr[-chars:]}"
+
+
+def check(res: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
+    """Assert the exit code; on failure show the trimmed end of both outputs. Returns ``res``."""
+    assert res.returncode == code, tail(res)
+    return res
+
+
+def results(stdout: str) -> list[dict[str, Any]]:
+    """The ``RESULT {json}`` lines workers print (any prefix before them), sorted by their ``rank``."""
+    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if "RESULT " in line]
+    return sorted(rows, key=lambda r: int(r["rank"]))
+
+
+def cmdlines() -> Iterator[tuple[int, str]]:
+    """``(pid, command line)`` of every live process (arguments joined by spaces)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        yield int(pid), raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def processes_with(tag: str) -> list[str]:
+    """Command lines of live processes that contain ``tag`` (pytest's own excluded)."""
+    return [f"{pid}: {cmd}" for pid, cmd in cmdlines() if tag in cmd and "pytest" not in cmd]
+
+
+def wait_for(what: Callable[[], bool], timeout: float, message: str) -> None:
+    """Poll ``what`` every 50 ms; fail the test naming ``message`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(0.05)
