@@ -6,6 +6,8 @@ import uuid
 
 import pytest
 
+from helpers import ENGINES
+
 # Failed asserts inside the helper modules show their values too, as in test modules.
 pytest.register_assert_rewrite("helpers", "harness")
 
@@ -18,3 +20,9 @@ collect_ignore = ["workers", "fixtures", "standins", "golden"]
 def tag() -> str:
     """A unique string to find a test's processes by."""
     return f"mldist-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each test that takes it runs once per CPU engine."""
+    return str(request.param)

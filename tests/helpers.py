@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 WORKERS = TESTS / "workers"  # worker programs run under the launcher (never imported)
 PY = sys.executable
+#: The collective engines of CPU workers; `mldist run --communication ENGINE` picks one.
+ENGINES = ("mpi", "ring")
 
 #: How much of each output stream a failure message shows (the end: where the error is).
 TAIL = 3000

@@ -14,11 +14,12 @@ from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
 pytestmark = pytest.mark.slow
 
 
-def test_collectives_on_two_workers() -> None:
-    res = check(mldist(["run", "-n", "2", "--", PY, str(WORKERS / "collectives.py")], timeout=240))
+def test_collectives_on_two_workers(engine: str) -> None:
+    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, str(WORKERS / "collectives.py")]))
     rows = results(res.stdout)
     assert len(rows) == 2
     for row in rows:
+        assert row["engine"] == engine
         assert row["sum_a"] == [3.0, 3.0, 3.0]  # 1 + 2
         assert row["sum_b"] == [[1]]  # int32 bucket: 0 + 1
         assert row["mean"] == [0.5]
@@ -40,26 +41,26 @@ def test_one_worker_collectives_are_identities() -> None:
     assert (row["steps"], row["file_steps"]) == (5, 5)
 
 
-def _fit(mode: str, out: Path, workers: int) -> subprocess.CompletedProcess[str]:
+def _fit(mode: str, out: Path, workers: int, engine: str = "auto") -> subprocess.CompletedProcess[str]:
     args = [str(WORKERS / "fit_modes.py"), mode, str(out)]
     if workers == 1:
         return run_py(*args, timeout=240)
-    return mldist(["run", "-n", str(workers), "--", PY, *args], timeout=240)
+    return mldist(["run", "-n", str(workers), "--communication", engine, "--", PY, *args], timeout=240)
 
 
-def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path) -> None:
+def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path, engine: str) -> None:
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
     check(_fit("equivalence", tmp_path / "one", 1))
-    check(_fit("equivalence", tmp_path / "two", 2))
+    check(_fit("equivalence", tmp_path / "two", 2, engine))
     w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
     ref = np.load(tmp_path / "one" / "weights-0.npy")
     assert np.array_equal(w0, w1)  # bit-identical although the ranks were seeded differently
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 
 
-def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path) -> None:
-    check(_fit("meangrad", tmp_path, 2))
+def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path, engine: str) -> None:
+    check(_fit("meangrad", tmp_path, 2, engine))
     g0, g1 = (np.load(tmp_path / f"grad-{r}.npy") for r in (0, 1))
     assert not np.allclose(g0, g1)  # the workers really had different data
     for r in (0, 1):
@@ -77,10 +78,10 @@ def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path) -
     ids=["xla-on-cpu", "uneven-steps-naming-each-rank", "shape-mismatch-in-a-collective"],
 )
 def test_worker_mistakes_stop_before_training_with_a_clear_message(
-    mode: str, ran: str, message: str, tmp_path: Path
+    mode: str, ran: str, message: str, tmp_path: Path, engine: str
 ) -> None:
     """XLA on CPU, uneven steps per epoch, different shapes in one collective: exit 1, said plainly."""
-    res = check(_fit(mode, tmp_path, 2), 1)
+    res = check(_fit(mode, tmp_path, 2, engine), 1)
     both = res.stdout + res.stderr
     assert ran not in res.stdout
     assert message in both
@@ -101,10 +102,10 @@ def test_example_reaches_95_percent_with_two_workers(tmp_path: Path) -> None:
     assert "[0] Epoch 1/" in res.stdout and "[1] Epoch" not in res.stdout
 
 
-def test_legacy_tf_keras_scope_fit_and_distributed_optimizer() -> None:
+def test_legacy_tf_keras_scope_fit_and_distributed_optimizer(engine: str) -> None:
     worker = [PY, str(WORKERS / "legacy.py")]
     env = clean_env(TF_USE_LEGACY_KERAS="1")
-    res = check(mldist(["run", "-n", "2", "--", *worker], env=env, timeout=240))
+    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", *worker], env=env, timeout=240))
     r0, r1 = results(res.stdout)
     assert r0["keras"].startswith("tf_keras") and r0["optimizer_class"].startswith("tf_keras")
     assert r0["scope"] == r1["scope"]  # MultiWorkerMirroredStrategy scope + fit

@@ -36,9 +36,10 @@ print("RESULT", json.dumps({
 """
 
 
-def test_two_workers_under_mldist_run_share_one_collective() -> None:
+def test_two_workers_under_mldist_run_share_one_collective(engine: str) -> None:
+    """mldist.strategy() works on both engines (under MPI it starts TensorFlow's collectives on demand)."""
     env = clean_env(https_proxy="http://proxy.invalid:3128")
-    res = check(mldist(["run", "-n", "2", "--", PY, "-c", WORKER], env=env, timeout=180))
+    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, "-c", WORKER], env=env, timeout=180))
     rows = results(res.stdout)
     assert [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in rows] == [
         (0, 2, 0, 2),
@@ -47,7 +48,7 @@ def test_two_workers_under_mldist_run_share_one_collective() -> None:
     assert [r["chief"] for r in rows] == [True, False]
     assert {r["sum"] for r in rows} == {11.0}  # 10**0 + 10**1: both ranks took part
     assert {r["strategy"] for r in rows} == {"CollectiveAllReduceStrategy"}
-    assert {r["comm"] for r in rows} == {"ring"}
+    assert {r["comm"] for r in rows} == {engine}
     cpus = max(1, (os.cpu_count() or 1) // 2)
     assert {r["intra"] for r in rows} == {cpus}
     assert all("127.0.0.1" in str(r["no_proxy"]) for r in rows)
@@ -79,6 +80,10 @@ def test_env_report_under_the_launcher() -> None:
         assert report["errors"] == []
         assert "tensorflow-cpu" in report["versions"]  # type: ignore[operator]
         assert report["gpus"] == []
+        engine = report["engine"]
+        assert isinstance(engine, dict)
+        assert (engine["requested"], engine["choice"]) == ("auto", "mpi")  # mldist run went through mpiexec
+        assert str(engine["mpi_library"]).startswith("Open MPI")
     assert reports["[0]"]["workers"] == reports["[1]"]["workers"]
 
 
@@ -94,6 +99,7 @@ def test_open_mpi_mpiexec_with_host_discovery_over_mpi4py() -> None:
     rows = results(res.stdout)
     assert [(r["rank"], r["size"], r["launcher"]) for r in rows] == [(0, 2, "openmpi"), (1, 2, "openmpi")]
     assert {r["sum"] for r in rows} == {11.0}
+    assert {r["comm"] for r in rows} == {"mpi"}  # auto: mpi4py's world matches mpiexec's
 
 
 def test_sigterm_stops_initialised_workers_before_the_grace(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import PY, WORKERS, check, clean_env, mldist
+from helpers import ENGINES, PY, WORKERS, check, clean_env, mldist
 from mldist.checkpoint import (
     MANIFEST,
     STATE,
@@ -109,9 +109,10 @@ def test_manager_round_trip_keeps_the_last_n_and_refuses_other_shapes(tmp_path: 
 # -- 2 real workers ------------------------------------------------------------------------------
 
 
-def _run(out: Path, *worker_args: str, launcher: tuple[str, ...] = (), timeout: float = 240) -> Any:
+def _run(out: Path, *worker_args: str, engine: str, launcher: tuple[str, ...] = (), timeout: float = 240) -> Any:
     out.mkdir(parents=True, exist_ok=True)
-    return mldist(["run", "-n", "2", *launcher, "--", PY, WORKER, str(out), *worker_args], timeout=timeout)
+    argv = ["run", "-n", "2", "--communication", engine, *launcher, "--", PY, WORKER, str(out), *worker_args]
+    return mldist(argv, timeout=timeout)
 
 
 def _epochs(out: Path, rank: int = 0) -> list[dict[str, int]]:
@@ -129,19 +130,27 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@pytest.fixture(scope="module", params=ENGINES)
+def ref_engine(request: pytest.FixtureRequest) -> str:
+    """The engine of the reference run and of the tests compared with it."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def reference(tmp_path_factory: pytest.TempPathFactory, ref_engine: str) -> Path:
     """An uninterrupted 2-worker run of 4 epochs (checkpoints at steps 32, 48, 64)."""
-    out = tmp_path_factory.mktemp("reference")
-    check(_run(out, "--epochs", "4"))
+    out = tmp_path_factory.mktemp(f"reference-{ref_engine}")
+    check(_run(out, "--epochs", "4", engine=ref_engine))
     assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2, 3]
     return out
 
 
 @pytest.mark.slow
-def test_sigkilled_worker_restarts_from_the_last_checkpoint_and_matches(reference: Path, tmp_path: Path) -> None:
+def test_sigkilled_worker_restarts_from_the_last_checkpoint_and_matches(
+    reference: Path, ref_engine: str, tmp_path: Path
+) -> None:
     # Rank 1 kills itself before step 40 (epoch 2, batch 8); the last checkpoint is step 32.
-    r = check(_run(tmp_path, "--epochs", "4", "--kill-at", "40", launcher=("--max-restarts", "1")))
+    r = check(_run(tmp_path, "--epochs", "4", "--kill-at", "40", engine=ref_engine, launcher=("--max-restarts", "1")))
     assert "restarting the group (1 of 1) after: rank 1 was killed by SIGKILL" in r.stderr
     records = _epochs(tmp_path, rank=1)
     first = [(e["epoch"], e["step"]) for e in records if e["attempt"] == 0]
@@ -152,11 +161,14 @@ def test_sigkilled_worker_restarts_from_the_last_checkpoint_and_matches(referenc
 
 
 @pytest.mark.slow
-def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(reference: Path, tmp_path: Path) -> None:
+def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(
+    reference: Path, ref_engine: str, tmp_path: Path
+) -> None:
     out = tmp_path / "run"
     out.mkdir()
     grace = 30
-    argv = [PY, "-m", "mldist", "run", "-n", "2", "--grace", str(grace), "--", PY, WORKER, str(out)]
+    argv = [PY, "-m", "mldist", "run", "-n", "2", "--communication", ref_engine, "--grace", str(grace)]
+    argv += ["--", PY, WORKER, str(out)]
     argv += ["--epochs", "4", "--sleep", "0.1", "--check-every", "4"]
     log = (tmp_path / "launcher.log").open("w+")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=clean_env())
@@ -178,7 +190,7 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(reference: Pa
     saved = [s for s, _ in checkpoints(out / "ckpt")]
     assert saved and saved[-1] % STEPS_PER_EPOCH != 0, f"no mid-epoch checkpoint: {saved}"
     step = saved[-1]
-    r = check(_run(out, "--epochs", "4"))
+    r = check(_run(out, "--epochs", "4", engine=ref_engine))
     resumed = _epochs(out)[len([e for e in _epochs(out) if e["step"] < step]) :]
     assert resumed[0] == {"attempt": 0, "epoch": step // STEPS_PER_EPOCH, "step": step}
     assert f"resuming from checkpoint step {step}: epoch {step // 16}, batch {step % 16}" in r.stderr
@@ -188,13 +200,15 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(reference: Pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
-def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, reference: Path, tmp_path: Path) -> None:
+def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(
+    damage: str, reference: Path, ref_engine: str, tmp_path: Path
+) -> None:
     shutil.copytree(reference / "ckpt", tmp_path / "ckpt")
     state = tmp_path / "ckpt" / "ckpt-0000000064" / STATE
     data = state.read_bytes()
     state.write_bytes(data[:-1000] if damage == "truncate" else data[:500] + bytes([data[500] ^ 0x55]) + data[501:])
     # Rank 1 sees only an empty directory of its own: rank 0 reads and broadcasts.
-    r = check(_run(tmp_path, "--epochs", "5", "--private-ckpt"))
+    r = check(_run(tmp_path, "--epochs", "5", "--private-ckpt", engine=ref_engine))
     assert f"skipping damaged checkpoint: {state}" in r.stderr
     for rank in (0, 1):
         assert [(e["epoch"], e["step"]) for e in _epochs(tmp_path, rank)] == [(3, 48), (4, 64)]
@@ -203,12 +217,12 @@ def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(damage: str, refe
 
 
 @pytest.mark.slow
-def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path) -> None:
+def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path, engine: str) -> None:
     loop = str(WORKERS / "custom_loop.py")
 
     def run(out: Path, *extra: str) -> Any:
         out.mkdir(exist_ok=True)
-        return mldist(["run", "-n", "2", "--", PY, loop, str(out), *extra], timeout=180)
+        return mldist(["run", "-n", "2", "--communication", engine, "--", PY, loop, str(out), *extra], timeout=180)
 
     check(run(tmp_path / "whole"))
     # Only rank 1 gets SIGUSR1, before step 12: the ranks agree at step 12 and both exit 75.
