@@ -6,10 +6,10 @@ import uuid
 
 import pytest
 
-from helpers import ENGINES
-
 # Failed asserts inside the helper modules show their values too, as in test modules.
 pytest.register_assert_rewrite("helpers", "harness")
+
+from helpers import ENGINES  # noqa: E402 - after the rewrite is registered
 
 # Programs and data, not tests: workers run under the launcher and stand-ins under rendered
 # scripts (importing either would run it); fixtures and golden hold captured data and scripts.
