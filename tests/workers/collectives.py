@@ -28,6 +28,10 @@ out["bcast"] = [
     t.numpy().tolist() for t in mldist.broadcast([tf.constant([r + 7.0]), tf.constant([r == n - 1])], root=n - 1)
 ]
 out["gather"] = mldist.allgather(tf.fill([r + 1, 2], r)).numpy().tolist()
+# Results kept alive while more calls of the same size run: none may be overwritten (buffer reuse).
+kept_fn = tf.function(lambda v: mldist.allreduce([v], op="sum"))
+kept = [kept_fn(tf.fill([300_000], float(i + r)))[0] for i in range(6)]
+out["kept"] = [float(k[0]) for k in kept]
 
 
 def collectives_in(op: tf.Operation) -> int:
