@@ -1,10 +1,13 @@
-"""One benchmark process: Keras fit of the example CNN on MNIST-shaped random data.
+"""One benchmark process: Keras fit of a model on random data of its input shape.
 
-Usage: bench_worker.py {plain,mldist,mldist-tiny,allreduce} --threads T --steps S [--warmup W] [--one-core]
+Usage: bench_worker.py {plain,mldist,mldist-tiny,allreduce,table} --threads T --steps S
+       [--warmup W] [--model cnn|mobilenetv2] [--batch B] [--one-core [--core C]]
 Prints ``RESULT {json}`` with this process's images per second over the timed steps.
 ``mldist-tiny`` all-reduces 4 bytes per step instead of the gradient (each rank applies its
 own gradient): the fixed cost of having any collective in the step. ``allreduce`` instead
-times mldist.allreduce of the CNN's gradient size and of 1,000 floats.
+times mldist.allreduce of the model's gradient size and of 1,000 floats; ``table`` times
+mldist.allreduce (in a tf.function) from 4 B to 64 MB, and raw mpi4py Allreduce on numpy
+arrays of the same sizes when the engine is MPI.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import os
 import time
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=("plain", "mldist", "mldist-tiny", "allreduce"))
+p.add_argument("mode", choices=("plain", "mldist", "mldist-tiny", "allreduce", "table"))
+p.add_argument("--model", choices=("cnn", "mobilenetv2"), default="cnn")
 p.add_argument("--threads", type=int, required=True)
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--warmup", type=int, default=15)
-p.add_argument("--batch", type=int, default=64)
+p.add_argument("--batch", type=int, default=0, help="per-worker batch (default: 64 for cnn, 32 for mobilenetv2)")
 p.add_argument("--one-core", action="store_true", help="pin this process to CPU 0")
 p.add_argument("--core", type=int, default=0, help="the CPU --one-core pins to")
 args = p.parse_args()
@@ -42,16 +46,22 @@ if args.mode == "plain":
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
-model = keras.Sequential(
-    [
-        keras.Input((28, 28, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ]
-)
+SHAPES = {"cnn": (28, 28, 1), "mobilenetv2": (64, 64, 3)}
+shape = SHAPES[args.model]
+batch = args.batch or (64 if args.model == "cnn" else 32)
+if args.model == "cnn":  # the README's example CNN
+    model = keras.Sequential(
+        [
+            keras.Input(shape),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+else:
+    model = keras.applications.MobileNetV2(weights=None, input_shape=shape, classes=10)
 
 
 class TinySync(keras.optimizers.SGD):  # type: ignore[misc]
@@ -67,7 +77,41 @@ callbacks: list[keras.callbacks.Callback] = []
 if args.mode == "mldist":
     opt = mldist.keras.DistributedOptimizer(opt)
     callbacks = mldist.keras.default_callbacks()
-model.compile(opt, "sparse_categorical_crossentropy")
+model.compile(opt, "sparse_categorical_crossentropy", jit_compile=False)
+
+
+def timed(fn: object, value: object, repeats: int) -> float:
+    """Median seconds of ``fn(value)`` over ``repeats`` calls after a warm-up (a result is read each time)."""
+    samples = []
+    for i in range(args.warmup + repeats):
+        t0 = time.perf_counter()
+        out = fn(value)  # type: ignore[operator]
+        np.asarray(out[0] if isinstance(out, list | tuple) else out).ravel()[:1].tolist()
+        if i >= args.warmup:
+            samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
+
+
+if args.mode == "table":
+    rows = []
+    for nbytes in (4, 1024, 65536, 1 << 20, 8 << 20, 64 << 20):
+        n = max(1, nbytes // 4)
+        repeats = max(5, min(args.steps, (256 << 20) // nbytes))
+        reduce_fn = tf.function(lambda v: mldist.allreduce([v], op="sum"))
+        row = {"bytes": n * 4, "engine_s": timed(reduce_fn, tf.ones([n]), repeats)}
+        if ctx.communication == "mpi":
+            from mpi4py import MPI
+
+            out = np.empty(n, np.float32)
+
+            def raw(a: np.ndarray, out: np.ndarray = out) -> np.ndarray:
+                MPI.COMM_WORLD.Allreduce(a, out, MPI.SUM)
+                return out
+
+            row["raw_s"] = timed(raw, np.ones(n, np.float32), repeats)
+        rows.append(row)
+    print("RESULT " + json.dumps({"rank": rank, "engine": ctx.communication, "rows": rows}), flush=True)
+    raise SystemExit(0)
 
 
 class Timer(keras.callbacks.Callback):  # type: ignore[misc]
@@ -101,11 +145,10 @@ if args.mode == "allreduce":
     raise SystemExit(0)
 
 timer = Timer()
-n = (args.warmup + args.steps) * args.batch
 rng = np.random.default_rng(rank)
-x = rng.random((n, 28, 28, 1), dtype=np.float32)
-y = rng.integers(0, 10, n)
-ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch, drop_remainder=True).cache()
+x = rng.random((batch, *shape), dtype=np.float32)  # one batch, repeated: the input pipeline costs nothing
+y = rng.integers(0, 10, batch)
+ds = tf.data.Dataset.from_tensors((x, y)).repeat(args.warmup + args.steps)
 model.fit(ds, epochs=1, verbose=0, callbacks=[*callbacks, timer])
-ips = args.steps * args.batch / (timer.end - timer.start)
+ips = args.steps * batch / (timer.end - timer.start)
 print("RESULT " + json.dumps({"rank": rank, "size": size, "images_per_second": ips}), flush=True)
