@@ -80,6 +80,9 @@ def test_two_node_training_runs_to_completion(slurm_env: dict[str, str], tmp_pat
         assert log.returncode == 0, log.stderr
         m = re.search(r"rank (\d) of 2 on (\S+) \(launcher slurm\)", log.stdout)
         assert m, log.stdout[-2000:]
+        if rank == 0:  # plain srun: the PyPI Open MPI sees a world of 1, so auto says why it uses RING
+            assert "using TensorFlow's RING collectives, not MPI: mpi4py's MPI (Open MPI" in log.stdout, log.stdout
+            assert "sees rank 0 of 1 but the 'slurm' launcher says rank 0 of 2" in log.stdout
         seen.add(int(m.group(1)))
         result = json.loads((out / "results" / f"result-rank{rank}.json").read_text())
         assert (result["rank"], result["size"]) == (rank, 2)

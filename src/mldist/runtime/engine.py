@@ -55,8 +55,9 @@ def _mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None
     if mpi is None:
         return f"the {launcher!r} launcher started no MPI world (start the workers with mpiexec, srun or mldist run)"
     if (mpi.size, mpi.rank) != (size, rank):
+        name = mpi.library.split(",")[0]
         return (
-            f"mpi4py's MPI ({mpi.library}) sees rank {mpi.rank} of {mpi.size} but the {launcher!r} launcher says "
+            f"mpi4py's MPI ({name}) sees rank {mpi.rank} of {mpi.size} but the {launcher!r} launcher says "
             f"rank {rank} of {size}: build mpi4py against the launcher's MPI, or use srun --mpi=pmix"
         )
     return ""
