@@ -124,3 +124,23 @@ def test_sigterm_stops_initialised_workers_before_the_grace(tmp_path: Path) -> N
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert took < 15, (took, err[-2000:])  # not the 60 s grace
     assert "after the grace period" not in err
+
+
+ONE_RANK_FAILS = """
+import mldist, tensorflow as tf
+ctx = mldist.init()
+if ctx.rank == 1:
+    raise RuntimeError("boom on rank 1 only")
+mldist.allreduce(tf.ones([4]))  # rank 0 waits here for a peer that is gone
+print("UNREACHABLE", flush=True)
+"""
+
+
+def test_one_rank_raising_ends_the_group_quickly_naming_it(engine: str) -> None:
+    """An exception on one rank while the other waits in a collective: no hang (MPI: abort, not finalize)."""
+    t0 = time.monotonic()
+    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, "-c", ONE_RANK_FAILS], timeout=120), 1)
+    took = time.monotonic() - t0
+    assert "rank 1 exited with code 1" in res.stderr
+    assert "boom on rank 1 only" in res.stderr and "UNREACHABLE" not in res.stdout
+    assert took < 40, f"took {took:.1f} s"

@@ -67,7 +67,11 @@ def fatal(message: str, code: int = 1) -> NoReturn:
 def one_line_errors(
     kind: type[BaseException], exc: BaseException, tb: TracebackType | None, previous: Any = sys.excepthook
 ) -> None:
-    """``sys.excepthook``: mldist errors and known collective failures print as one line naming the rank."""
+    """``sys.excepthook``: mldist errors and known collective failures print as one line naming the rank.
+
+    On the MPI engine the process then aborts the MPI job: exiting normally would run
+    MPI_Finalize, which waits for ranks that may be blocked in a collective with this one.
+    """
     from .worker import current
 
     ctx = current()
@@ -78,3 +82,7 @@ def one_line_errors(
         print(f"mldist: error{where}: {explained} ({kind.__name__})", file=sys.stderr, flush=True)
     else:
         previous(kind, exc, tb)
+    if ctx is not None and ctx.communication == "mpi":
+        from .mpi_engine import abort
+
+        abort(130 if issubclass(kind, KeyboardInterrupt) else 1)

@@ -47,6 +47,18 @@ def start(comm: Any = None) -> Any:
     return _comm
 
 
+def abort(code: int) -> None:
+    """End every rank of the job now with ``code`` (after an error on this rank).
+
+    A plain exit would run MPI_Finalize, which waits for every rank: a peer blocked in a
+    collective with this rank would then wait forever, and so would this rank.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _comm is not None:
+        _comm.Abort(code)
+
+
 def _aligned(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     raw = np.empty(count * dtype.itemsize + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
