@@ -65,6 +65,9 @@ def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) ->
     env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines, once per rank, bury the output
+    if kind == "openmpi":
+        # All ranks share this host: the libfabric transport only adds a 1 s pause to every MPI_Init.
+        env.setdefault("OMPI_MCA_btl", "^ofi")
     if kind == "openmpi" and os.geteuid() == 0:
         # Open MPI refuses root unless told; containers and test machines often run as root.
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
