@@ -41,27 +41,14 @@ if args.mode != "plain":
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from models import build  # noqa: E402  (benchmarks/ is the script's directory)
 
 if args.mode == "plain":
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
 
-SHAPES = {"cnn": (28, 28, 1), "mobilenetv2": (64, 64, 3)}
-shape = SHAPES[args.model]
-batch = args.batch or (64 if args.model == "cnn" else 32)
-if args.model == "cnn":  # the README's example CNN
-    model = keras.Sequential(
-        [
-            keras.Input(shape),
-            keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-else:
-    model = keras.applications.MobileNetV2(weights=None, input_shape=shape, classes=10)
+model, shape, default_batch = build(args.model)
+batch = args.batch or default_batch
 
 
 class TinySync(keras.optimizers.SGD):  # type: ignore[misc]

@@ -27,6 +27,7 @@ ctx = mldist.init(communication="mpi")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from models import build  # noqa: E402  (benchmarks/ is the script's directory)
 
 from mldist.runtime import mpi_engine  # noqa: E402
 
@@ -63,21 +64,7 @@ mpi_engine._agree = timed("wait (agreement check)", mpi_engine._agree)
 original_call = mpi_engine._call
 mpi_engine._call = lambda fn, inputs, name: original_call(timed("callback total", fn), inputs, name)
 
-shape = (28, 28, 1) if args.model == "cnn" else (64, 64, 3)
-batch = 64 if args.model == "cnn" else 32
-if args.model == "cnn":
-    model = keras.Sequential(
-        [
-            keras.Input(shape),
-            keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    )
-else:
-    model = keras.applications.MobileNetV2(weights=None, input_shape=shape, classes=10)
+model, shape, batch = build(args.model)
 model.compile(mldist.keras.DistributedOptimizer(keras.optimizers.SGD(0.01)), "sparse_categorical_crossentropy")
 
 
