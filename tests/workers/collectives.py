@@ -28,6 +28,20 @@ out["bcast"] = [
     t.numpy().tolist() for t in mldist.broadcast([tf.constant([r + 7.0]), tf.constant([r == n - 1])], root=n - 1)
 ]
 out["gather"] = mldist.allgather(tf.fill([r + 1, 2], r)).numpy().tolist()
+# Every numeric dtype: sum, max and a broadcast; 16-bit floats are summed in float32 on MPI.
+dtypes = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64", "complex64")
+out["dtypes"] = {
+    d: [
+        tf.cast(mldist.allreduce(tf.cast(tf.fill([3], r + 1), d), op="sum"), tf.float64).numpy().real.tolist(),
+        tf.cast(mldist.broadcast(tf.cast(tf.fill([2], r + 5), d), root=n - 1), tf.float64).numpy().real.tolist(),
+    ]
+    + (
+        []
+        if d == "complex64"
+        else [tf.cast(mldist.allreduce(tf.cast([r, 7 - r], d), op="max"), tf.float64).numpy().tolist()]
+    )
+    for d in dtypes
+}
 # Results kept alive while more calls of the same size run: none may be overwritten (buffer reuse).
 kept_fn = tf.function(lambda v: mldist.allreduce([v], op="sum"))
 kept = [kept_fn(tf.fill([300_000], float(i + r)))[0] for i in range(6)]

@@ -78,10 +78,32 @@ def _strategy() -> Any:
     return strategy()
 
 
+def _widen(t: Any) -> tuple[Any, Any]:
+    """``t`` in a dtype TensorFlow's collectives take (float16/32/64, int32/64), and the way back.
+
+    Lossless: bfloat16 rides as float32, small integers and bool as int32, uint32 as int64,
+    uint64 as its int64 bits (sums wrap the same way), complex as (real, imag) on a last axis.
+    """
+    import tensorflow as tf
+
+    d = t.dtype
+    if d in (tf.float16, tf.float32, tf.float64, tf.int32, tf.int64):
+        return t, lambda x: x
+    if d.is_complex:
+        parts = tf.stack([tf.math.real(t), tf.math.imag(t)], axis=-1)
+        return parts, lambda x: tf.complex(x[..., 0], x[..., 1])
+    if d == tf.uint64:
+        return tf.bitcast(t, tf.int64), lambda x: tf.bitcast(x, tf.uint64)
+    wide = tf.float32 if d == tf.bfloat16 else tf.int64 if d == tf.uint32 else tf.int32
+    return tf.cast(t, wide), lambda x: tf.cast(x, d)
+
+
 def _sum(buffers: list[Any]) -> list[Any]:
     """One SUM collective per buffer, in graph."""
     import tensorflow as tf
 
+    wide = [_widen(b) for b in buffers]
+    buffers = [w for w, _ in wide]
     strategy = _strategy()
     with tf.device(strategy.extended.worker_devices[0]):
         placed = [tf.identity(t) for t in buffers]
@@ -91,17 +113,19 @@ def _sum(buffers: list[Any]) -> list[Any]:
         ctx = tf.distribute.get_replica_context()
         return [ctx.all_reduce(sum_op, v) for v in values]
 
-    return list(strategy.run(reduce_each, args=tuple(placed)))
+    summed = strategy.run(reduce_each, args=tuple(placed))
+    return [back(x) for x, (_, back) in zip(summed, wide, strict=True)]
 
 
 def _gather_equal(tensor: Any) -> Any:
     """Every rank's ``tensor`` (same shape on all) concatenated on axis 0, in rank order."""
     import tensorflow as tf
 
+    wide, back = _widen(tensor)
     strategy = _strategy()
     with tf.device(strategy.extended.worker_devices[0]):
-        placed = tf.identity(tensor)
-    return strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,))
+        placed = tf.identity(wide)
+    return back(strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,)))
 
 
 def allreduce(buffers: list[Any], op: str) -> list[Any]:
@@ -118,9 +142,7 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
     """``root``'s buffers on every rank: a sum to which only ``root`` contributes (exact for every dtype)."""
     import tensorflow as tf
 
-    cast = [tf.cast(v, tf.int32) if v.dtype == tf.bool else v for v in buffers]
-    masked = [v if rank == root else tf.zeros_like(v) for v in cast]
-    return [tf.cast(s, v.dtype) for s, v in zip(_sum(masked), buffers, strict=True)]
+    return _sum([v if rank == root else tf.zeros_like(v) for v in buffers])
 
 
 def allgather(value: Any, size: int) -> Any:
