@@ -36,12 +36,11 @@ export RUN_NOTE='it'"'"'s $HOME'
   echo "## mldist env"; python3 -m mldist env --json --no-tensorflow
 } >"$MLDIST_JOB_DIR/environment-$job_id.txt" 2>&1
 ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM; sleep 7080 & nap=$!; wait "$nap"; kill -USR1 $$ ) & watcher=$!
-mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'[ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'[ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; wait "$c" || code=$?; while kill -0 "$c" 2>/dev/null; do code=0; wait "$c" || code=$?; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank python train.py --epochs 5 &
+mpiexec -n 8 --ppn 4 --depth 8 --cpu-bind depth bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'t=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank python train.py --epochs 5 &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-trap 'echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
-code=0; wait "$child" || code=$?
-while kill -0 "$child" 2>/dev/null; do code=0; wait "$child" || code=$?; done
+trap 't=1; kill -TERM "$child" 2>/dev/null' TERM INT
+trap 't=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
+code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done
 kill "$watcher" 2>/dev/null
 for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
   if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi

@@ -38,12 +38,11 @@ export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-${TMPDIR:-/tmp}/apptainer-cache
   echo "## pip freeze"; apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python3 -m pip freeze
   echo "## mldist env"; apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python3 -m mldist env --json --no-tensorflow
 } >"$MLDIST_JOB_DIR/environment-$job_id.txt" 2>&1
-srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --cpu-bind=cores --gpus-per-task=1 bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'[ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'[ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; wait "$c" || code=$?; while kill -0 "$c" 2>/dev/null; do code=0; wait "$c" || code=$?; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python train.py --epochs 5 &
+srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --cpu-bind=cores --gpus-per-task=1 bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'t=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro /sw/images/tf.sif python train.py --epochs 5 &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM INT
-trap 'echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
-code=0; wait "$child" || code=$?
-while kill -0 "$child" 2>/dev/null; do code=0; wait "$child" || code=$?; done
+trap 't=1; kill -TERM "$child" 2>/dev/null' TERM INT
+trap 't=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
+code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done
 for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
   if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi
 done

@@ -21,6 +21,10 @@ from .spec import JobSpec
 
 q = shlex.quote
 
+# A trapped signal interrupts `wait` with 128+N; the traps set t=1 so that the loop waits
+# again, which then gives the child's own status (bash keeps it until it is waited for). A
+# wait after the status was taken returns 127: the status already read stands.
+#
 # Runs in every task: the user's command as "$@" with a per-rank log file. The
 # wrapper stays (no exec) to forward USR1/TERM when the launcher signals only its
 # direct child, and to turn the requeue code into a marker file plus exit 0: a
@@ -28,11 +32,10 @@ q = shlex.quote
 # --kill-on-bad-exit=1` (or mpiexec), which would kill the ranks still saving.
 RANK_WRAPPER = (
     'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; '
-    """trap '[ -n "$c" ] && kill -USR1 "$c" 2>/dev/null' USR1; """
-    """trap '[ -n "$c" ] && kill -TERM "$c" 2>/dev/null' TERM; """
+    """trap 't=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null' USR1; """
+    """trap 't=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null' TERM; """
     '"$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; '
-    'code=0; wait "$c" || code=$?; '
-    'while kill -0 "$c" 2>/dev/null; do code=0; wait "$c" || code=$?; done; '
+    'code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done; '
     f'if [ "$code" -eq {REQUEUE_CODE} ] && [ -n "${{MLDIST_REQUEUE_MARK:-}}" ]; then '
     ': >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; '
     'exit "$code"'
@@ -119,15 +122,14 @@ def launch_step(s: JobSpec, sched: Scheduler) -> list[str]:
     lines = [
         f"{run} {' '.join(q(a) for a in s.command)} &",
         "child=$!",
-        "trap 'kill -TERM \"$child\" 2>/dev/null' TERM INT",
+        "trap 't=1; kill -TERM \"$child\" 2>/dev/null' TERM INT",
     ]
     if s.requeue:
-        lines.append('trap \'echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"\' USR1')
+        lines.append('trap \'t=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"\' USR1')
+    # A trapped signal interrupts wait: wait again until the step's own status is in (see RANK_WRAPPER).
     return [
         *lines,
-        'code=0; wait "$child" || code=$?',
-        # A trapped signal interrupts wait; keep waiting until the step really ended.
-        'while kill -0 "$child" 2>/dev/null; do code=0; wait "$child" || code=$?; done',
+        'code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done',
     ]
 
 
