@@ -152,3 +152,19 @@ def test_requeued_job_resumes_from_its_checkpoint_and_completes(slurm_env: dict[
 
     weights = [np.load(train / f"weights-rank{r}.npy") for r in (0, 1)]
     assert weights[0].size > 0 and np.array_equal(weights[0], weights[1])
+
+
+def test_mldist_run_inside_an_allocation_stays_on_its_node(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """`mldist run -n 2` in a 2-node job: both ranks on the batch script's node (mpiexec must not spread them)."""
+    out = tmp_path / "out.txt"
+    probe = "import os; from mpi4py import MPI; print('RANK', MPI.COMM_WORLD.rank, os.environ['SLURMD_NODENAME'])"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 -o {out}\n"
+        f'{ROOT}/.venv/bin/mldist run -n 2 -- {ROOT}/.venv/bin/python -c "{probe}"\necho EXIT $?\n'
+    )
+    res = subprocess.run(["sbatch", "--wait", str(script)], env=slurm_env, capture_output=True, text=True, timeout=300)
+    text = out.read_text() if out.exists() else ""
+    assert res.returncode == 0 and "EXIT 0" in text, res.stderr + text
+    ranks = sorted(line.split("RANK ", 1)[1] for line in text.splitlines() if "RANK " in line)
+    assert ranks == ["0 node1", "1 node1"], text

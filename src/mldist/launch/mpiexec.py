@@ -68,6 +68,10 @@ def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) ->
     if kind == "openmpi":
         # All ranks share this host: the libfabric transport only adds a 1 s pause to every MPI_Init.
         env.setdefault("OMPI_MCA_btl", "^ofi")
+        # Inside a batch job Open MPI would read the allocation and start ranks on other nodes
+        # (through srun, PBS's tm, ...); `mldist run` is a launcher for this host only.
+        env.setdefault("PRTE_MCA_ras", "^slurm,pbs,tm,lsf,gridengine,alps")
+        env.setdefault("PRTE_MCA_plm", "^slurm,tm,lsf,alps")
     if kind == "openmpi" and os.geteuid() == 0:
         # Open MPI refuses root unless told; containers and test machines often run as root.
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
