@@ -64,14 +64,12 @@ def test_one_process_uses_no_collectives() -> None:
 def test_env_report_under_the_launcher() -> None:
     res = check(mldist(["run", "-n", "2", "--", PY, "-m", "mldist", "env", "--json"], timeout=180))
     reports: dict[str, dict[str, object]] = {}
-    current: list[str] = []
-    prefix = ""
+    pending: dict[str, list[str]] = {}  # the ranks' lines interleave: one buffer per prefix
     for line in res.stdout.splitlines():
         prefix, _, text = line.partition(" ")
-        current.append(text)
+        pending.setdefault(prefix, []).append(text)
         if text == "}":
-            reports[prefix] = json.loads("\n".join(current))
-            current = []
+            reports[prefix] = json.loads("\n".join(pending.pop(prefix)))
     assert sorted(reports) == ["[0]", "[1]"]
     for r, report in enumerate(reports[k] for k in ("[0]", "[1]")):
         placement = report["placement"]
