@@ -23,7 +23,7 @@ from .runtime import *  # noqa: F403 - the facade re-exports the runtime's publi
 __version__ = "0.1.0"
 
 #: Submodules reachable as attributes after a plain ``import mldist``, imported on first use.
-_LAZY = ("keras", "data", "preempt")
+_LAZY = ("keras", "data", "preempt", "horovod")
 
 __all__ = [
     *_runtime.__all__,

@@ -38,5 +38,13 @@ class RuntimeStateError(MldistError, RuntimeError):
     """An API was used in the wrong order (e.g. before mldist.init())."""
 
 
+class NotInitializedError(RuntimeStateError, ValueError):
+    """Horovod's API used before ``hvd.init()`` (a ValueError there, so old handlers still catch it)."""
+
+
 class CheckpointError(MldistError):
     """A checkpoint is damaged, does not fit the model, or cannot be written."""
+
+
+class UnsupportedError(MldistError, NotImplementedError):
+    """A feature mldist deliberately does not provide; the message names what to use instead."""

@@ -22,29 +22,46 @@ from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_compression
 from ..runtime.gradients import average_gradients
 
 
-class _DistributedKeras3:
-    """Mixin placed before a Keras 3 optimizer class."""
+class DistributedKeras3:
+    """Mixin placed before a Keras 3 optimizer class: ``apply`` reduces the gradients first."""
 
     _mldist_bucket_bytes = DEFAULT_BUCKET_BYTES
     _mldist_compression: str | None = None
+
+    def _mldist_reduce(self, grads: list[Any]) -> list[Any]:
+        return average_gradients(grads, self._mldist_bucket_bytes, self._mldist_compression)
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
-        grads = average_gradients(list(grads), self._mldist_bucket_bytes, self._mldist_compression)
-        return super().apply(grads, trainable_variables)  # type: ignore[misc]
+        return super().apply(self._mldist_reduce(list(grads)), trainable_variables)  # type: ignore[misc]
 
 
-class _DistributedLegacy:
-    """Mixin placed before a tf_keras (Keras 2) optimizer class."""
+class DistributedLegacy:
+    """Mixin placed before a tf_keras (Keras 2) optimizer class: ``apply_gradients`` reduces first."""
 
     _mldist_bucket_bytes = DEFAULT_BUCKET_BYTES
     _mldist_compression: str | None = None
+
+    def _mldist_reduce(self, grads: list[Any]) -> list[Any]:
+        return average_gradients(grads, self._mldist_bucket_bytes, self._mldist_compression)
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         pairs = list(grads_and_vars)
-        grads = average_gradients([g for g, _ in pairs], self._mldist_bucket_bytes, self._mldist_compression)
+        grads = self._mldist_reduce([g for g, _ in pairs])
         return super().apply_gradients(  # type: ignore[misc]
             zip(grads, [v for _, v in pairs], strict=True), *args, **kwargs
         )
+
+
+def distributed_class(cls: type, mixins: tuple[type, type], attrs: dict[str, Any]) -> type:
+    """``cls`` with the Keras 3 or the legacy mixin of ``mixins`` in front, same name and module.
+
+    Keeping the name and module lets saved models load without mldist.
+    """
+    if getattr(cls, "_mldist_distributed", False):
+        return cls
+    legacy = cls.__module__.startswith(compat.LEGACY_OPTIMIZER_MODULES)
+    mixin = mixins[1] if legacy else mixins[0]
+    return type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "_mldist_distributed": True, **attrs})
 
 
 def DistributedOptimizer(
@@ -69,19 +86,9 @@ def DistributedOptimizer(
 
     runtime.init()
     check_compression(compression)
-    cls = type(optimizer)
-    if getattr(cls, "_mldist_distributed", False):
+    if getattr(type(optimizer), "_mldist_distributed", False):
         return optimizer
-    mixin = _DistributedLegacy if compat.is_legacy_optimizer(optimizer) else _DistributedKeras3
-    wrapped: Any = type(
-        cls.__name__,
-        (mixin, cls),
-        {
-            "__module__": cls.__module__,
-            "_mldist_distributed": True,
-            "_mldist_bucket_bytes": bucket_bytes,
-            "_mldist_compression": compression,
-        },
-    )
+    attrs = {"_mldist_bucket_bytes": bucket_bytes, "_mldist_compression": compression}
+    wrapped: Any = distributed_class(type(optimizer), (DistributedKeras3, DistributedLegacy), attrs)
     quiet_unless_chief()
     return wrapped.from_config(optimizer.get_config())

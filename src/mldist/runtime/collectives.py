@@ -26,7 +26,7 @@ from .engine import module as engine_module
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
-OPS = ("mean", "sum", "max", "min")
+OPS = ("mean", "sum", "max", "min", "prod")
 COMPRESSIONS = (None, "fp16")
 
 
@@ -144,12 +144,14 @@ _FUNCTIONS: dict[tuple[Any, ...], Any] = {}
 def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
     """Run ``fn`` traced: MWMS collectives are slow and noisy in eager mode.
 
-    ``key`` names everything ``fn`` closes over, so one ``tf.function`` per
-    key serves all eager calls (it retraces only for new shapes).
+    ``key`` names everything ``fn`` closes over; with the arguments' shapes and
+    dtypes it picks the one ``tf.function`` that serves all such eager calls.
     """
     tf = _tf()
     if not tf.executing_eagerly():
         return fn(*args)
+    # One function per signature too: each traces once, and TensorFlow's retracing warning stays quiet.
+    key = (*key, *((tuple(a.shape), a.dtype.name) for a in args))
     if key not in _FUNCTIONS:
         _FUNCTIONS[key] = tf.function(fn)
     return _FUNCTIONS[key](*args)
@@ -166,7 +168,7 @@ def allreduce(
 
     Args:
         tensors: a tensor, or a list/tuple/dict of them.
-        op: "mean", "sum", "max" or "min".
+        op: "mean", "sum", "max", "min" or "prod".
         bucket_bytes: capacity of one fused collective (per dtype).
         compression: "fp16" sends float tensors as float16 (gradients).
 
@@ -188,7 +190,7 @@ def allreduce(
     prescale = 1.0 / ctx.size if op == "mean" else 1.0
     wire_op = "sum" if op == "mean" else op
     if wire_op != "sum":
-        compression = None  # max/min of rounded values would not be the max/min
+        compression = None  # max/min/prod of rounded values would not be exact
 
     def run(*values: Any) -> list[Any]:
         return _fused_reduce(list(values), wire_op, bucket_bytes, compression, prescale)

@@ -42,6 +42,10 @@ def set_initial_epoch(model: Any, epoch: int | None) -> None:
     model._initial_epoch = epoch
 
 
+#: Modules of tf_keras (Keras 2) optimizer classes, as opposed to Keras 3 ones.
+LEGACY_OPTIMIZER_MODULES = ("tf_keras", "keras.src.optimizers.legacy", "tensorflow")
+
+
 def is_legacy_optimizer(optimizer: Any) -> bool:
     """Whether ``optimizer`` is a tf_keras (Keras 2) one rather than a Keras 3 one, by its module."""
-    return type(optimizer).__module__.startswith(("tf_keras", "keras.src.optimizers.legacy", "tensorflow"))
+    return type(optimizer).__module__.startswith(LEGACY_OPTIMIZER_MODULES)

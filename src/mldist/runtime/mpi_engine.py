@@ -29,7 +29,7 @@ import numpy as np
 
 from .failures import fatal
 
-_KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5}
+_KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6}
 _ALIGN = 64  # TensorFlow adopts a returned array without a copy when its data is aligned so
 _comm: Any = None
 
@@ -147,11 +147,11 @@ def _unbits(t: Any, dtype: Any) -> Any:
 
 
 def allreduce(buffers: list[Any], op: str) -> list[Any]:
-    """Reduce 1-D buffers element-wise across ranks ("sum", "max" or "min"), one MPI_Allreduce each."""
+    """Reduce 1-D buffers element-wise across ranks ("sum", "max", "min" or "prod"), one MPI_Allreduce each."""
     import tensorflow as tf
     from mpi4py import MPI
 
-    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    mpi_op = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
     def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
         _agree(op, 0, arrays, _describe(f"allreduce({op})", arrays))

@@ -129,12 +129,12 @@ def _gather_equal(tensor: Any) -> Any:
 
 
 def allreduce(buffers: list[Any], op: str) -> list[Any]:
-    """Reduce 1-D buffers across ranks: "sum" is one collective each; "max"/"min" gather then reduce."""
+    """Reduce 1-D buffers across ranks: "sum" is one collective each; "max"/"min"/"prod" gather then reduce."""
     import tensorflow as tf
 
     if op == "sum":
         return _sum(buffers)
-    reduce_fn = tf.reduce_max if op == "max" else tf.reduce_min
+    reduce_fn = {"max": tf.reduce_max, "min": tf.reduce_min, "prod": tf.reduce_prod}[op]
     return [reduce_fn(tf.reshape(_gather_equal(b[tf.newaxis]), [-1, b.shape[0]]), axis=0) for b in buffers]
 
 

@@ -1,0 +1,165 @@
+"""Horovod's TensorFlow API (``horovod.tensorflow``) on mldist's engines, for Keras 3 and tf_keras.
+
+Change one line of a Horovod script: ``import horovod.tensorflow as hvd``
+becomes ``import mldist.horovod as hvd`` (``horovod.tensorflow.keras`` becomes
+``mldist.horovod.tensorflow.keras``, ``horovod.keras`` ``mldist.horovod.keras``),
+or run it unchanged with ``python -m mldist.horovod.alias train.py``. What
+mldist does not provide (process sets, elastic mode, Adasum, ...) raises
+``UnsupportedError`` naming what to use instead.
+
+Example::
+
+    import mldist.horovod as hvd
+    hvd.init()
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    grads = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UnsupportedError
+from .basics import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    global_process_set,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+)
+from .compression import Compression
+from .objects import (
+    allgather_object,
+    broadcast_,
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
+from .ops import (
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    join,
+    local_rank_op,
+    local_size_op,
+    process_set_included_op,
+    rank_op,
+    reducescatter,
+    size_op,
+)
+from .optimizer import DistributedOptimizer
+from .tape import DistributedGradientTape, PartialDistributedGradientTape
+
+__all__ = [
+    "Adasum",
+    "Average",
+    "Compression",
+    "DistributedGradientTape",
+    "DistributedOptimizer",
+    "Max",
+    "Min",
+    "PartialDistributedGradientTape",
+    "Product",
+    "Sum",
+    "allgather",
+    "allgather_object",
+    "allreduce",
+    "alltoall",
+    "barrier",
+    "broadcast",
+    "broadcast_",
+    "broadcast_global_variables",
+    "broadcast_object",
+    "broadcast_object_fn",
+    "broadcast_variables",
+    "ccl_built",
+    "cross_rank",
+    "cross_size",
+    "cuda_built",
+    "ddl_built",
+    "global_process_set",
+    "gloo_built",
+    "gloo_enabled",
+    "grouped_allgather",
+    "grouped_allreduce",
+    "grouped_reducescatter",
+    "init",
+    "is_homogeneous",
+    "is_initialized",
+    "join",
+    "local_rank",
+    "local_rank_op",
+    "local_size",
+    "local_size_op",
+    "mpi_built",
+    "mpi_enabled",
+    "mpi_threads_supported",
+    "nccl_built",
+    "process_set_included_op",
+    "rank",
+    "rank_op",
+    "reducescatter",
+    "rocm_built",
+    "shutdown",
+    "size",
+    "size_op",
+    "start_timeline",
+    "stop_timeline",
+]
+
+#: Horovod names mldist deliberately does not provide, with what to use instead.
+REFUSED = {
+    "elastic": "elastic training is not supported; use mldist run --max-restarts K with mldist checkpoints",
+    "ProcessSet": "process sets are not supported; run a subgroup of ranks as its own job",
+    "add_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
+    "remove_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
+    "SyncBatchNormalization": "use keras.layers.BatchNormalization (per-worker statistics) or GroupNormalization",
+    "BroadcastGlobalVariablesHook": "TensorFlow 1 session hooks are not supported; call hvd.broadcast_variables",
+    "check_installed_version": "mldist is not Horovod; use mldist.__version__",
+}
+
+
+def refused(name: str, module: str) -> Exception:
+    """The error for ``module.name``: a clear refusal for known Horovod names, else AttributeError."""
+    if name in REFUSED:
+        return UnsupportedError(f"hvd.{name}: {REFUSED[name]} (mldist.horovod)")
+    return AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("tensorflow", "keras"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise refused(name, __name__)

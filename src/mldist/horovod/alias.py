@@ -1,0 +1,67 @@
+"""Run a Horovod script unchanged: ``import horovod...`` resolves to ``mldist.horovod...``.
+
+Usage: ``python -m mldist.horovod.alias SCRIPT [ARGS...]`` (under ``mldist run``,
+``mpiexec`` or ``srun`` as usual), or call :func:`install` before the script's
+imports. Only the TensorFlow and Keras parts of Horovod exist here:
+``horovod.torch`` and friends fail with one line.
+
+Example::
+
+    mldist run -n 2 -- python -m mldist.horovod.alias tensorflow2_keras_mnist.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import runpy
+import sys
+from types import ModuleType
+from typing import Any
+
+from ..errors import UnsupportedError
+
+
+class _HorovodAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``horovod`` and ``horovod.X`` and hands back ``mldist.horovod`` and ``mldist.horovod.X``."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "horovod" and not fullname.startswith("horovod."):
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        target = f"mldist.{spec.name}"
+        try:
+            return importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            if exc.name != target:
+                raise
+            raise UnsupportedError(
+                f"{spec.name}: mldist provides Horovod's TensorFlow and Keras API only "
+                "(horovod, horovod.tensorflow, horovod.keras, horovod.tensorflow.keras)"
+            ) from None
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the mldist module is already imported."""
+
+
+def install() -> None:
+    """Make ``import horovod...`` load mldist's modules in this process (idempotent)."""
+    if not any(isinstance(f, _HorovodAlias) for f in sys.meta_path):
+        sys.meta_path.insert(0, _HorovodAlias())
+
+
+def main(argv: list[str]) -> None:
+    """Run ``argv[0]`` as ``__main__`` with the alias installed and ``sys.argv`` = ``argv``."""
+    if not argv:
+        raise SystemExit("usage: python -m mldist.horovod.alias SCRIPT [ARGS...]")
+    install()
+    sys.argv = list(argv)
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,276 @@
+"""Horovod's process and build queries on mldist's runtime, and its reduction-op constants.
+
+``init`` starts mldist (``mldist.init``); ``rank``/``size``/... then answer as
+Horovod's do, and raise ``NotInitializedError`` (a ``ValueError``, as in
+Horovod) before ``init`` or after ``shutdown``.
+
+Example::
+
+    import mldist.horovod as hvd
+    hvd.init()
+    if hvd.rank() == 0:
+        print(f"{hvd.size()} workers on {hvd.cross_size()} node(s)")
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from .. import runtime
+from ..errors import NotInitializedError, UnsupportedError
+from ..placement import detect
+
+# Horovod's ReduceOp values (users compare and store them as ints).
+Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
+#: Horovod op -> mldist.allreduce op (Average is a sum scaled by 1/size; Adasum is refused).
+WIRE_OPS = {Average: "sum", Sum: "sum", Min: "min", Max: "max", Product: "prod"}
+ADASUM_FIX = "op=hvd.Adasum is not provided by mldist; use op=hvd.Average (the default) or hvd.Sum"
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Which node each rank is on, as Horovod's cross communicator sees it."""
+
+    cross_rank: int
+    cross_size: int
+    homogeneous: bool
+
+
+class _ProcessSet:
+    """The one process set mldist has: every rank (Horovod's ``global_process_set``)."""
+
+    process_set_id = 0
+    ranks = None
+
+    def size(self) -> int:
+        return size()
+
+    def rank(self) -> int:
+        return rank()
+
+    def included(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "ProcessSet(process_set_id=0, ranks=all)"
+
+
+global_process_set = _ProcessSet()
+_state: dict[str, Any] = {"initialized": False, "nodes": None}
+
+
+def _nodes_from_names(names: list[str], me: int) -> Nodes:
+    """Node layout from every rank's node name, in rank order.
+
+    Example:
+        >>> _nodes_from_names(["a", "a", "b", "b"], 2)
+        Nodes(cross_rank=1, cross_size=2, homogeneous=True)
+    """
+    order = list(dict.fromkeys(names))
+    counts = {n: names.count(n) for n in order}
+    return Nodes(order.index(names[me]), len(order), len(set(counts.values())) == 1)
+
+
+def _discover_nodes(ctx: runtime.Context) -> Nodes:
+    """One collective only when the launcher does not say where every rank is."""
+    if ctx.local_size == ctx.size:
+        return Nodes(0, 1, True)
+    placement = detect(os.environ)
+    if placement.rank_nodes is not None:
+        return _nodes_from_names([str(n) for n in placement.rank_nodes], ctx.rank)
+    from .objects import gather_objects
+
+    key = f"node{placement.node_index}" if placement.node_index is not None else socket.gethostname()
+    return _nodes_from_names([str(k) for k in gather_objects(key)], ctx.rank)
+
+
+def check_process_set(process_set: Any) -> None:
+    """Refuse every process set but the global one."""
+    if process_set is not None and process_set is not global_process_set:
+        raise UnsupportedError(
+            f"process_set={process_set!r}: mldist has only the global process set; "
+            "start a separate job (or mldist run) for a subgroup of ranks"
+        )
+
+
+def _check_comm(comm: Any) -> None:
+    """Accept ``comm`` only if it names the whole world (a rank list or an mpi4py communicator)."""
+    if comm is None:
+        return
+    world = runtime.init().size
+    if isinstance(comm, list | tuple):
+        if sorted(comm) != list(range(world)):
+            raise UnsupportedError(
+                f"init(comm={comm!r}): mldist runs on all {world} ranks; start the script with -n {len(comm)} instead"
+            )
+        return
+    if not hasattr(comm, "Get_size"):
+        raise UnsupportedError(f"init(comm={comm!r}): pass an mpi4py communicator or a list of ranks")
+    from mpi4py import MPI
+
+    if MPI.Comm.Compare(comm, MPI.COMM_WORLD) not in (MPI.IDENT, MPI.CONGRUENT):
+        raise UnsupportedError(
+            f"init(comm=...) with {comm.Get_size()} of {MPI.COMM_WORLD.Get_size()} MPI ranks: mldist runs on the "
+            "whole world; start the script with that many ranks instead"
+        )
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Start mldist (as ``mldist.init()``) and answer Horovod's queries from then on.
+
+    Args:
+        comm: None, a list of all ranks, or an mpi4py communicator spanning the whole world.
+        process_sets: None (process sets other than the global one are refused).
+
+    Example::
+
+        hvd.init()
+    """
+    if process_sets not in (None, [], ()):
+        raise UnsupportedError(
+            "init(process_sets=...): mldist has only the global process set; run subgroups as separate jobs"
+        )
+    ctx = runtime.init()
+    _check_comm(comm)
+    if _state["nodes"] is None:
+        _state["nodes"] = _discover_nodes(ctx)
+    _state["initialized"] = True
+
+
+def shutdown() -> None:
+    """Mark Horovod as shut down: queries raise until ``init`` runs again (the engine stays up)."""
+    _state["initialized"] = False
+
+
+def is_initialized() -> bool:
+    """Whether ``init`` ran (and ``shutdown`` did not since)."""
+    return bool(_state["initialized"])
+
+
+def context() -> runtime.Context:
+    """mldist's context; raises NotInitializedError (a ValueError) before ``hvd.init()``."""
+    if not _state["initialized"]:
+        raise NotInitializedError("Horovod has not been initialized; use hvd.init() (mldist.horovod)")
+    return runtime.context()
+
+
+def rank() -> int:
+    """This process's rank, 0..size-1."""
+    return context().rank
+
+
+def size() -> int:
+    """The number of processes."""
+    return context().size
+
+
+def local_rank() -> int:
+    """This process's rank among the processes on its node."""
+    return context().local_rank
+
+
+def local_size() -> int:
+    """The number of processes on this node."""
+    return context().local_size
+
+
+def _nodes() -> Nodes:
+    context()
+    nodes = _state["nodes"]
+    assert isinstance(nodes, Nodes)
+    return nodes
+
+
+def cross_rank() -> int:
+    """The index of this process's node (its rank among processes with the same local rank)."""
+    return _nodes().cross_rank
+
+
+def cross_size() -> int:
+    """The number of nodes."""
+    return _nodes().cross_size
+
+
+def is_homogeneous() -> bool:
+    """Whether every node runs the same number of processes."""
+    return _nodes().homogeneous
+
+
+def mpi_built() -> bool:
+    """Whether the MPI engine can run here (mpi4py is installed)."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def mpi_enabled() -> bool:
+    """Whether this run's collectives go through MPI (``ctx.communication == "mpi"``)."""
+    ctx = runtime.current()
+    return ctx is not None and ctx.communication == "mpi"
+
+
+def mpi_threads_supported() -> bool:
+    """Whether the MPI library was initialised with MPI_THREAD_MULTIPLE (False without MPI)."""
+    context()
+    if not mpi_enabled():
+        return False
+    from mpi4py import MPI
+
+    return bool(MPI.Query_thread() == MPI.THREAD_MULTIPLE)
+
+
+def gloo_built() -> bool:
+    """False: mldist has no Gloo; its TensorFlow RING engine takes that place."""
+    return False
+
+
+def gloo_enabled() -> bool:
+    """False: see :func:`gloo_built`."""
+    return False
+
+
+def cuda_built() -> bool:
+    """Whether the installed TensorFlow was built with CUDA."""
+    import tensorflow as tf
+
+    return bool(tf.test.is_built_with_cuda())
+
+
+def rocm_built() -> bool:
+    """Whether the installed TensorFlow was built with ROCm."""
+    import tensorflow as tf
+
+    return bool(tf.test.is_built_with_rocm())
+
+
+def nccl_built() -> bool:
+    """Whether NCCL collectives can run: TensorFlow's NCCL engine needs a CUDA build."""
+    return cuda_built()
+
+
+def ddl_built() -> bool:
+    """False: IBM DDL is not supported."""
+    return False
+
+
+def ccl_built() -> bool:
+    """False: oneCCL is not supported (MPI engine on CPUs)."""
+    return False
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Refused: Horovod's timeline is not available in mldist yet."""
+    raise UnsupportedError(
+        f"hvd.start_timeline({file_path!r}): not available in mldist yet; record a TensorFlow trace with "
+        "tf.profiler.experimental.start(logdir) ... stop() and open it in TensorBoard's profiler"
+    )
+
+
+def stop_timeline() -> None:
+    """Refused: see :func:`start_timeline`."""
+    start_timeline("")

@@ -1,0 +1,65 @@
+"""Horovod's gradient compressors: ``Compression.none`` and ``Compression.fp16``.
+
+A compressor has ``compress(tensor) -> (tensor, ctx)`` and
+``decompress(tensor, ctx) -> tensor``; user-written ones with the same two
+static methods work everywhere a ``compression=`` argument is taken.
+
+Example::
+
+    tape = hvd.DistributedGradientTape(tape, compression=hvd.Compression.fp16)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Compressor:
+    """Interface: how a tensor travels and how it is restored."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        """The tensor to send, and what ``decompress`` needs to restore it."""
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        """The received tensor, restored."""
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    """Send tensors as they are."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Send float32/float64 tensors as float16 (half the bytes); other dtypes as they are."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        if tensor.dtype in (tf.float32, tf.float64):
+            return tf.cast(tensor, tf.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        import tensorflow as tf
+
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+
+class Compression:
+    """The compressors by Horovod's names."""
+
+    none = NoneCompressor
+    fp16 = FP16Compressor

@@ -1,0 +1,137 @@
+"""Horovod's variable and Python-object helpers: broadcast_variables, broadcast_object, allgather_object.
+
+Objects travel pickled (cloudpickle when installed, so lambdas and local
+functions work as in Horovod) as uint8 tensors through the engine.
+
+Example::
+
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    config = hvd.broadcast_object(config if hvd.rank() == 0 else None)
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from .. import runtime
+from ..errors import ConfigError, UnsupportedError
+from . import basics
+from .basics import check_process_set
+
+
+def _pickle() -> Any:
+    try:
+        import cloudpickle
+
+        return cloudpickle
+    except ImportError:
+        return pickle
+
+
+def _check_root(root_rank: int) -> None:
+    n = basics.size()
+    if not (isinstance(root_rank, int) and 0 <= root_rank < n):
+        raise ConfigError(f"root_rank={root_rank!r} is not a rank of this world of {n}")
+
+
+def broadcast_variables(variables: Any, root_rank: int, process_set: Any = None, inplace: bool = False) -> Any:
+    """Assign ``root_rank``'s values to every variable on every rank (Keras 3 and tf_keras variables).
+
+    Args:
+        variables: a list of variables (model.variables, optimizer.variables).
+        root_rank: the rank whose values win.
+
+    Example::
+
+        hvd.broadcast_variables(model.variables, root_rank=0)
+    """
+    check_process_set(process_set)
+    _check_root(root_rank)
+    import tensorflow as tf
+
+    variables = list(variables)
+    if not variables or basics.size() == 1:
+        return tf.group()
+    values = runtime.broadcast([tf.convert_to_tensor(v) for v in variables], root=root_rank)
+    return tf.group(*[v.assign(x) for v, x in zip(variables, values, strict=True)])
+
+
+def broadcast_(variables: Any, root_rank: int, name: str | None = None, process_set: Any = None) -> Any:
+    """In-place broadcast (Horovod's ``broadcast_``): the variables, now holding root's values."""
+    broadcast_variables(variables, root_rank, process_set)
+    return variables
+
+
+def broadcast_global_variables(root_rank: int) -> None:
+    """Refused: TensorFlow 1 graph collections; name the variables instead."""
+    raise UnsupportedError(
+        "hvd.broadcast_global_variables() needs TensorFlow 1 graph collections; "
+        "use hvd.broadcast_variables(model.variables, root_rank) (and the optimizer's variables)"
+    )
+
+
+def _bytes_tensor(data: bytes) -> Any:
+    import numpy as np
+    import tensorflow as tf
+
+    return tf.constant(np.frombuffer(data, np.uint8))
+
+
+def broadcast_object(
+    obj: Any = None, root_rank: int = 0, session: Any = None, name: str | None = None, process_set: Any = None
+) -> Any:
+    """``root_rank``'s Python object on every rank (pickled; call it on every rank).
+
+    Example::
+
+        epoch = hvd.broadcast_object(start_epoch, root_rank=0)
+    """
+    check_process_set(process_set)
+    _check_root(root_rank)
+    if basics.size() == 1:
+        return obj
+    import tensorflow as tf
+
+    me = basics.rank()
+    data = _pickle().dumps(obj) if me == root_rank else b""
+    length = runtime.broadcast(tf.constant([len(data)], tf.int64), root=root_rank)
+    payload = _bytes_tensor(data) if me == root_rank else tf.zeros([int(length[0])], tf.uint8)
+    received = runtime.broadcast(payload, root=root_rank)
+    return obj if me == root_rank else pickle.loads(received.numpy().tobytes())
+
+
+def broadcast_object_fn(
+    root_rank: int = 0, session: Any = None, name: str | None = None, process_set: Any = None
+) -> Callable[[Any], Any]:
+    """A function ``f(obj)`` that returns ``root_rank``'s ``obj`` on every rank."""
+    return lambda obj: broadcast_object(obj, root_rank, session, name, process_set)
+
+
+def allgather_object(obj: Any, session: Any = None, name: str | None = None, process_set: Any = None) -> list[Any]:
+    """Every rank's Python object, in rank order (pickled; call it on every rank).
+
+    Example::
+
+        hosts = hvd.allgather_object(socket.gethostname())
+    """
+    check_process_set(process_set)
+    basics.context()
+    return gather_objects(obj)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """:func:`allgather_object` on mldist's runtime alone (``hvd.init`` uses it before it has finished)."""
+    if runtime.context().size == 1:
+        return [obj]
+    import tensorflow as tf
+
+    data = _pickle().dumps(obj)
+    lengths = runtime.allgather(tf.constant([len(data)], tf.int64)).numpy()
+    gathered = runtime.allgather(_bytes_tensor(data)).numpy().tobytes()
+    out, start = [], 0
+    for n in lengths:
+        out.append(pickle.loads(gathered[start : start + int(n)]))
+        start += int(n)
+    return out

@@ -1,0 +1,353 @@
+"""Horovod's tensor collectives, with its names, arguments and defaults, on mldist's engines.
+
+Every function works eagerly and inside ``tf.function``; reductions are
+differentiable (the gradient of an all-reduce is the all-reduce of the
+gradient, as in Horovod). ``name``, ``device_*`` and ``ignore_name_scope`` are
+accepted and ignored: the engine places and names its own ops.
+
+Example::
+
+    import mldist.horovod as hvd
+    hvd.init()
+    total = hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum)
+    rows = hvd.allgather(tf.fill([hvd.rank() + 1, 3], 1.0))   # 1 + 2 + ... rows
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .. import runtime
+from ..errors import ConfigError, UnsupportedError
+from . import basics
+from .basics import ADASUM_FIX, WIRE_OPS, Average, Sum, check_process_set
+from .compression import Compression
+
+
+def _tf() -> Any:
+    import tensorflow as tf
+
+    return tf
+
+
+def resolve_op(op: int | None, average: bool | None) -> int:
+    """Horovod's ``op``/``average`` pair as one op; Average when neither is given.
+
+    Example:
+        >>> resolve_op(None, False), resolve_op(None, None), resolve_op(4, None)
+        (1, 0, 4)
+    """
+    if op is not None and average is not None:
+        raise ConfigError("pass op= or the older average=, not both (op supersedes average)")
+    if op is None:
+        op = Sum if average is False else Average
+    if op == basics.Adasum:
+        raise UnsupportedError(ADASUM_FIX)
+    if op not in WIRE_OPS:
+        raise ConfigError(f"op={op!r} is not one of hvd.Average, Sum, Min, Max, Product")
+    return op
+
+
+def _scale(t: Any, factor: float) -> Any:
+    tf = _tf()
+    if factor == 1.0:
+        return t
+    if t.dtype.is_floating or t.dtype.is_complex:
+        return t * tf.cast(factor, t.dtype)
+    return tf.cast(tf.cast(t, tf.float64) * factor, t.dtype)
+
+
+def _average(summed: Any, n: int) -> Any:
+    """Divide by the world size as Horovod does: integers give float64 (true division)."""
+    tf = _tf()
+    if summed.dtype.is_floating or summed.dtype.is_complex:
+        return summed / tf.cast(n, summed.dtype)
+    return tf.math.truediv(summed, tf.cast(n, summed.dtype))
+
+
+def reduce_dense(tensors: list[Any], op: int, prescale: float, postscale: float, compression: Any) -> list[Any]:
+    """All-reduce dense tensors in one fused call, Horovod's way (scale, compress, reduce, restore)."""
+    n = basics.size()
+    sent, ctxs = [], []
+    for t in tensors:
+        c, ctx = compression.compress(_scale(t, prescale))
+        sent.append(c)
+        ctxs.append(ctx)
+    reduced = runtime.allreduce(sent, WIRE_OPS[op]) if n > 1 else sent
+    out = []
+    for r, ctx in zip(reduced, ctxs, strict=True):
+        r = compression.decompress(r, ctx)
+        out.append(_scale(_average(r, n) if op == Average else r, postscale))
+    return out
+
+
+def _differentiable(op: int, prescale: float, postscale: float, compression: Any) -> Any:
+    """A one-tensor all-reduce whose gradient is the same all-reduce (Sum and Average)."""
+    tf = _tf()
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def reduce(x: Any) -> Any:
+        def grad(dy: Any) -> Any:
+            return reduce_dense([dy], op, prescale, postscale, compression)[0]
+
+        return reduce_dense([x], op, prescale, postscale, compression)[0], grad
+
+    return reduce
+
+
+def _sparse(slices: Any, op: int) -> Any:
+    """IndexedSlices: gather every rank's values and indices (Horovod's sparse all-reduce)."""
+    tf = _tf()
+    if op not in (Average, Sum):
+        raise ConfigError("IndexedSlices take op=hvd.Average or hvd.Sum; pass sparse_as_dense=True for others")
+    values = allgather(slices.values)
+    if op == Average:
+        values = values / tf.cast(basics.size(), values.dtype)
+    return tf.IndexedSlices(values, allgather(slices.indices), dense_shape=slices.dense_shape)
+
+
+def allreduce(
+    tensor: Any,
+    average: bool | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    op: int | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    name: str | None = None,
+    process_set: Any = None,
+    ignore_name_scope: bool = False,
+) -> Any:
+    """Reduce a tensor, variable or IndexedSlices across all ranks (default: the average).
+
+    Args:
+        tensor: the same shape on every rank.
+        average: deprecated in Horovod; True is op=Average, False op=Sum.
+        compression: Compression.none or Compression.fp16 (or a compressor of your own).
+        op: hvd.Average, Sum, Min, Max or Product.
+        prescale_factor, postscale_factor: multiply before and after the reduction.
+
+    Example::
+
+        mean = hvd.allreduce(tf.constant(float(hvd.rank())))
+    """
+    check_process_set(process_set)
+    op = resolve_op(op, average)
+    tf = _tf()
+    if isinstance(tensor, tf.IndexedSlices):
+        return _sparse(tensor, op)
+    t = tf.convert_to_tensor(tensor)
+    if op in (Average, Sum) and (t.dtype.is_floating or t.dtype.is_complex):
+        return _differentiable(op, prescale_factor, postscale_factor, compression)(t)
+    return reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
+
+
+def grouped_allreduce(
+    tensors: list[Any],
+    average: bool | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    op: int | None = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set: Any = None,
+) -> list[Any]:
+    """All-reduce a list of tensors in one fused collective; arguments as :func:`allreduce`.
+
+    Example::
+
+        grads = hvd.grouped_allreduce(grads)
+    """
+    check_process_set(process_set)
+    op = resolve_op(op, average)
+    tf = _tf()
+    dense = [tf.convert_to_tensor(t) for t in tensors if not isinstance(t, tf.IndexedSlices)]
+    reduced = iter(reduce_dense(dense, op, prescale_factor, postscale_factor, compression))
+    return [_sparse(t, op) if isinstance(t, tf.IndexedSlices) else next(reduced) for t in tensors]
+
+
+def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None) -> Any:
+    """Concatenate every rank's tensor on the first axis, in rank order (its length may differ per rank).
+
+    Example::
+
+        everyone = hvd.allgather(tf.constant([[hvd.rank()]]))   # shape [size, 1]
+    """
+    check_process_set(process_set)
+    basics.context()
+    tf = _tf()
+    t = tf.convert_to_tensor(tensor)
+    if not (t.dtype.is_floating or t.dtype.is_complex):
+        return runtime.allgather(t)
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def gather(x: Any) -> Any:
+        def grad(dy: Any) -> Any:
+            rows = runtime.allgather(tf.shape(x)[:1])
+            start = tf.reduce_sum(rows[: basics.rank()])
+            summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
+            return summed[start : start + tf.shape(x)[0]]
+
+        return runtime.allgather(x), grad
+
+    return gather(t)
+
+
+def grouped_allgather(tensors: list[Any], process_set: Any = None) -> list[Any]:
+    """:func:`allgather` of each tensor in a list."""
+    return [allgather(t, process_set=process_set) for t in tensors]
+
+
+def broadcast(
+    tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
+) -> Any:
+    """``root_rank``'s value of ``tensor`` on every rank; the gradient flows back to the root.
+
+    Example::
+
+        w = hvd.broadcast(w, root_rank=0)
+    """
+    check_process_set(process_set)
+    basics.context()
+    tf = _tf()
+    t = tf.convert_to_tensor(tensor)
+    if not (t.dtype.is_floating or t.dtype.is_complex):
+        return runtime.broadcast(t, root=root_rank)
+
+    @tf.custom_gradient  # type: ignore[untyped-decorator]
+    def bcast(x: Any) -> Any:
+        def grad(dy: Any) -> Any:
+            summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
+            return summed if basics.rank() == root_rank else tf.zeros_like(summed)
+
+        return runtime.broadcast(x, root=root_rank), grad
+
+    return bcast(t)
+
+
+def _even_splits(rows: Any, n: int) -> Any:
+    """Rows per rank when they are spread evenly, lower ranks taking one more."""
+    tf = _tf()
+    base, extra = rows // n, rows % n
+    return base + tf.cast(tf.range(n) < extra, rows.dtype)
+
+
+def alltoall(
+    tensor: Any, splits: Any = None, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
+) -> tuple[Any, Any]:
+    """Send ``splits[r]`` rows of ``tensor`` to rank ``r``; the rows received and how many came from each rank.
+
+    Args:
+        tensor: rank >= 1; its rows are sent in order, first ``splits[0]`` to rank 0 and so on.
+        splits: rows per destination (sums to the first dimension); default: equal shares.
+
+    Example::
+
+        received, counts = hvd.alltoall(tf.range(hvd.size() * 2), splits=[2] * hvd.size())
+    """
+    check_process_set(process_set)
+    n, me = basics.size(), basics.rank()
+    tf = _tf()
+    t = tf.convert_to_tensor(tensor)
+    if t.shape.rank in (None, 0):
+        raise ConfigError(f"alltoall needs a tensor of rank >= 1, got shape {t.shape}")
+    rows = tf.shape(t, out_type=tf.int32)[0]
+    if splits is None:
+        if t.shape[0] is not None and t.shape[0] % n:
+            raise ConfigError(f"alltoall: {t.shape[0]} rows do not split evenly over {n} ranks; pass splits=")
+        splits = tf.fill([n], rows // n)
+    splits = tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int32)
+    if splits.shape[0] is not None and splits.shape[0] != n:
+        raise ConfigError(f"alltoall: splits has {splits.shape[0]} entries; it needs one per rank ({n})")
+    tf.debugging.assert_equal(tf.reduce_sum(splits), rows, message="alltoall: splits must sum to the rows sent")
+    table = tf.reshape(runtime.allgather(splits[tf.newaxis]), [n, n])  # table[src, dst]
+    everything = runtime.allgather(t)
+    block_start = tf.concat([[0], tf.cumsum(tf.reduce_sum(table, axis=1))[:-1]], 0)
+    starts = block_start + tf.reduce_sum(table[:, :me], axis=1)
+    received = table[:, me]
+    index = tf.ragged.range(starts, starts + received).flat_values
+    return tf.gather(everything, index), received
+
+
+def reducescatter(
+    tensor: Any,
+    device_dense: str = "",
+    compression: Any = Compression.none,
+    op: int = Average,
+    name: str | None = None,
+    process_set: Any = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Any:
+    """Reduce ``tensor`` over ranks, then keep this rank's share of the rows (lower ranks get one more).
+
+    Example::
+
+        mine = hvd.reducescatter(tf.ones([4, 2]), op=hvd.Sum)   # [2, 2] of 2.0 on 2 ranks
+    """
+    check_process_set(process_set)
+    if op not in (Average, Sum):
+        raise UnsupportedError("reducescatter takes op=hvd.Average or hvd.Sum (as Horovod's)")
+    tf = _tf()
+    t = tf.convert_to_tensor(tensor)
+    if t.shape.rank in (None, 0):
+        raise ConfigError(f"reducescatter needs a tensor of rank >= 1, got shape {t.shape}")
+    full = reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
+    shares = _even_splits(tf.shape(t)[0], basics.size())
+    start = tf.reduce_sum(shares[: basics.rank()])
+    return full[start : start + shares[basics.rank()]]
+
+
+def grouped_reducescatter(tensors: list[Any], compression: Any = Compression.none, op: int = Average) -> list[Any]:
+    """:func:`reducescatter` of each tensor in a list."""
+    return [reducescatter(t, compression=compression, op=op) for t in tensors]
+
+
+def barrier(process_set: Any = None) -> None:
+    """Return once every rank has called it."""
+    check_process_set(process_set)
+    basics.context()
+    runtime.allreduce(_tf().zeros([1], _tf().int32), "sum")
+
+
+def join(device: str = "") -> Any:
+    """Wait until every rank has joined; the rank that joined last (an int32 tensor).
+
+    mldist's ranks run the same collectives in the same order, so ``join`` is a
+    collective too: call it at the same point on every rank (give every rank the
+    same number of steps; ``mldist.data`` shards evenly). A rank that joins while
+    the others still reduce gradients is stopped with a message naming both.
+    """
+    basics.context()
+    tf = _tf()
+    stamp = tf.constant([[time.time(), float(basics.rank())]], tf.float64)
+    stamps = runtime.allgather(stamp)
+    return tf.cast(stamps[tf.argmax(stamps[:, 0]), 1], tf.int32)
+
+
+def size_op(process_set_id: int = 0, name: str | None = None) -> Any:
+    """The number of ranks as an int32 tensor."""
+    return _tf().constant(basics.size(), _tf().int32)
+
+
+def local_size_op(name: str | None = None) -> Any:
+    """The number of ranks on this node as an int32 tensor."""
+    return _tf().constant(basics.local_size(), _tf().int32)
+
+
+def rank_op(name: str | None = None) -> Any:
+    """This rank as an int32 tensor."""
+    return _tf().constant(basics.rank(), _tf().int32)
+
+
+def local_rank_op(name: str | None = None) -> Any:
+    """This rank on its node as an int32 tensor."""
+    return _tf().constant(basics.local_rank(), _tf().int32)
+
+
+def process_set_included_op(process_set_id: int = 0, name: str | None = None) -> Any:
+    """1 (int32): every rank is in the one process set."""
+    return _tf().constant(1, _tf().int32)
