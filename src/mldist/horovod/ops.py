@@ -82,18 +82,25 @@ def reduce_dense(tensors: list[Any], op: int, prescale: float, postscale: float,
     return out
 
 
-def _differentiable(op: int, prescale: float, postscale: float, compression: Any) -> Any:
-    """A one-tensor all-reduce whose gradient is the same all-reduce (Sum and Average)."""
+def _with_gradient(x: Any, y: Any, grad: Any) -> Any:
+    """``y`` (already computed from ``x``) with ``grad`` as the gradient back to ``x``.
+
+    The collective runs outside ``tf.custom_gradient``: under MultiWorkerMirroredStrategy a
+    strategy call inside its eager decorator fails ("Mismatching tf.distribute.Strategy objects").
+    """
     tf = _tf()
 
     @tf.custom_gradient  # type: ignore[untyped-decorator]
-    def reduce(x: Any) -> Any:
-        def grad(dy: Any) -> Any:
-            return reduce_dense([dy], op, prescale, postscale, compression)[0]
+    def attach(x_: Any) -> Any:
+        return tf.identity(y), grad
 
-        return reduce_dense([x], op, prescale, postscale, compression)[0], grad
+    return attach(x)
 
-    return reduce
+
+def _differentiable(x: Any, op: int, prescale: float, postscale: float, compression: Any) -> Any:
+    """A one-tensor all-reduce whose gradient is the same all-reduce (Sum and Average)."""
+    y = reduce_dense([x], op, prescale, postscale, compression)[0]
+    return _with_gradient(x, y, lambda dy: reduce_dense([dy], op, prescale, postscale, compression)[0])
 
 
 def _sparse(slices: Any, op: int) -> Any:
@@ -140,7 +147,7 @@ def allreduce(
         return _sparse(tensor, op)
     t = tf.convert_to_tensor(tensor)
     if op in (Average, Sum) and (t.dtype.is_floating or t.dtype.is_complex):
-        return _differentiable(op, prescale_factor, postscale_factor, compression)(t)
+        return _differentiable(t, op, prescale_factor, postscale_factor, compression)
     return reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
 
 
@@ -180,20 +187,17 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     basics.context()
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
+    gathered = runtime.allgather(t)
     if not (t.dtype.is_floating or t.dtype.is_complex):
-        return runtime.allgather(t)
+        return gathered
 
-    @tf.custom_gradient  # type: ignore[untyped-decorator]
-    def gather(x: Any) -> Any:
-        def grad(dy: Any) -> Any:
-            rows = runtime.allgather(tf.shape(x)[:1])
-            start = tf.reduce_sum(rows[: basics.rank()])
-            summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
-            return summed[start : start + tf.shape(x)[0]]
+    def grad(dy: Any) -> Any:
+        rows = runtime.allgather(tf.shape(t)[:1])
+        start = tf.reduce_sum(rows[: basics.rank()])
+        summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
+        return summed[start : start + tf.shape(t)[0]]
 
-        return runtime.allgather(x), grad
-
-    return gather(t)
+    return _with_gradient(t, gathered, grad)
 
 
 def grouped_allgather(tensors: list[Any], process_set: Any = None) -> list[Any]:
@@ -214,18 +218,15 @@ def broadcast(
     basics.context()
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
+    received = runtime.broadcast(t, root=root_rank)
     if not (t.dtype.is_floating or t.dtype.is_complex):
-        return runtime.broadcast(t, root=root_rank)
+        return received
 
-    @tf.custom_gradient  # type: ignore[untyped-decorator]
-    def bcast(x: Any) -> Any:
-        def grad(dy: Any) -> Any:
-            summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
-            return summed if basics.rank() == root_rank else tf.zeros_like(summed)
+    def grad(dy: Any) -> Any:
+        summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
+        return summed if basics.rank() == root_rank else tf.zeros_like(summed)
 
-        return runtime.broadcast(x, root=root_rank), grad
-
-    return bcast(t)
+    return _with_gradient(t, received, grad)
 
 
 def _even_splits(rows: Any, n: int) -> Any:

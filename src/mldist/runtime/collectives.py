@@ -16,17 +16,20 @@ Example::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from . import compat
 from . import worker as runtime
 from .engine import module as engine_module
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
 OPS = ("mean", "sum", "max", "min", "prod")
+__all__ = ["allgather", "allreduce", "broadcast"]
 COMPRESSIONS = (None, "fp16")
 
 
@@ -141,6 +144,24 @@ def _as_tensors(tensors: Any) -> tuple[Any, list[Any]]:
 _FUNCTIONS: dict[tuple[Any, ...], Any] = {}
 
 
+class _QuietOwnTracing(logging.Filter):
+    """Drop TensorFlow's "triggered tf.function retracing" warning about this module's functions.
+
+    Each of them is traced once per signature by design (``_in_graph``), but TensorFlow counts
+    traces per source function and would call that excessive retracing in the user's log.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("tf.function retracing" in text and any(f"{n}.<locals>.run" in text for n in __all__))
+
+
+def _quiet_own_tracing() -> None:
+    logger = logging.getLogger("tensorflow")
+    if not any(isinstance(f, _QuietOwnTracing) for f in logger.filters):
+        logger.addFilter(_QuietOwnTracing())
+
+
 def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
     """Run ``fn`` traced: MWMS collectives are slow and noisy in eager mode.
 
@@ -153,8 +174,10 @@ def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
     # One function per signature too: each traces once, and TensorFlow's retracing warning stays quiet.
     key = (*key, *((tuple(a.shape), a.dtype.name) for a in args))
     if key not in _FUNCTIONS:
+        _quiet_own_tracing()
         _FUNCTIONS[key] = tf.function(fn)
-    return _FUNCTIONS[key](*args)
+    with compat.no_tape_recording():
+        return _FUNCTIONS[key](*args)
 
 
 def allreduce(

@@ -49,3 +49,16 @@ LEGACY_OPTIMIZER_MODULES = ("tf_keras", "keras.src.optimizers.legacy", "tensorfl
 def is_legacy_optimizer(optimizer: Any) -> bool:
     """Whether ``optimizer`` is a tf_keras (Keras 2) one rather than a Keras 3 one, by its module."""
     return type(optimizer).__module__.startswith(LEGACY_OPTIMIZER_MODULES)
+
+
+def no_tape_recording() -> Any:
+    """A context in which no active ``tf.GradientTape`` records (``tape.stop_recording`` without the tape).
+
+    Calling a ``tf.function`` that runs MultiWorkerMirroredStrategy collectives while a tape
+    records fails ("Mismatching tf.distribute.Strategy objects"); the collectives have no
+    gradient of their own anyway (``mldist.horovod`` attaches one). TensorFlow has no public
+    way to pause every tape.
+    """
+    from tensorflow.python.eager import record
+
+    return record.stop_recording()

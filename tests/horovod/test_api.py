@@ -1,0 +1,96 @@
+"""mldist.horovod function by function: 2 and 3 real workers on both engines, refusals, mismatches."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from helpers import PY, WORKERS, check, mldist, results, run_py
+
+API = str(WORKERS / "hvd_api.py")
+DTYPES = ("float16", "float32", "float64", "int32", "int64")
+PER_DTYPE = (
+    "allreduce-sum",
+    "allreduce-average-false",
+    "allreduce-average",
+    "allreduce-min",
+    "allreduce-max",
+    "allreduce-product",
+    "allreduce-scaled",
+    "grouped-allreduce",
+    "allgather",
+    "grouped-allgather",
+    "broadcast",
+    "alltoall",
+    "alltoall-splits",
+    "reducescatter",
+)
+ONCE = (
+    "broadcast-variables",
+    "broadcast-variables-int64",
+    "broadcast-inplace",
+    "broadcast-object",
+    "broadcast-object-fn",
+    "allgather-object",
+    "join",
+    "size-rank-ops",
+    "allreduce-gradient",
+    "allgather-gradient",
+    "sparse-average-values",
+    "sparse-average-indices",
+    "fp16-compression",
+    "tape-predivide",
+    "tape-sum",
+)
+#: Every check the worker must have passed, in order: a skipped check fails the test.
+EXPECTED = [
+    f"{name}-{dtype}-{mode}" for dtype, mode, name in itertools.product(DTYPES, ("eager", "graph"), PER_DTYPE)
+] + list(ONCE)
+
+pytestmark = pytest.mark.slow
+
+
+# 3 workers on the MPI engine only: 2 cores here, and RING is covered with 2.
+@pytest.mark.parametrize(("workers", "engine"), [(2, "mpi"), (2, "ring"), (3, "mpi")], ids=["2-mpi", "2-ring", "3-mpi"])
+def test_every_function_matches_numpy(workers: int, engine: str) -> None:
+    res = check(mldist(["run", "-n", str(workers), "--communication", engine, "--", PY, API, "collectives"], 300))
+    rows = results(res.stdout)
+    assert [r["rank"] for r in rows] == list(range(workers))
+    for row in rows:
+        assert row["size"] == workers
+        assert row["checks"] == EXPECTED
+        cross_rank, cross_size, homogeneous, mpi = row["info"]
+        assert (cross_rank, cross_size, homogeneous, mpi) == (0, 1, True, engine == "mpi")
+
+
+def test_shapes_that_differ_across_ranks_stop_with_a_clear_error(engine: str) -> None:
+    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, API, "mismatch"], 120), 1)
+    both = res.stdout + res.stderr
+    assert "MISMATCH-RAN" not in both
+    assert "workers passed tensors of different shapes" in both
+    assert "Traceback" not in both
+
+
+def test_refused_features_say_what_to_use_instead() -> None:
+    res = check(run_py(API, "refusals", timeout=120))
+    refused = dict(line.split(": ", 1) for line in res.stdout.splitlines() if line.startswith("REFUSED "))
+    expected = {
+        "adasum": "hvd.Average",
+        "process_set": "global process set",
+        "add_process_set": "own job",
+        "elastic": "--max-restarts",
+        "sync_bn": "BatchNormalization",
+        "timeline": "tf.profiler",
+        "partial_tape": "grouped_allreduce",
+        "v1_optimizer": "Keras optimizer",
+        "global_variables": "broadcast_variables",
+        "best_checkpoint": "ModelCheckpoint",
+        "init_sub_world": "-n 3",
+        "horovod_torch": "TensorFlow and Keras API only",
+        "not_initialized": "hvd.init()",
+    }
+    assert sorted(refused) == sorted(f"REFUSED {k}" for k in expected)
+    for key, fix in expected.items():
+        assert fix in refused[f"REFUSED {key}"], (key, refused[f"REFUSED {key}"])
+    assert "PATHS-OK" in res.stdout
