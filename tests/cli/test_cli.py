@@ -74,6 +74,12 @@ def test_every_command_has_help_with_an_example(
         ([], "required: COMMAND"),
         # Formerly its own test (test_negative_max_restarts_is_one_line_exit_2); last, to keep the ids above.
         (["run", "-n", "2", "--max-restarts", "-1", "--", "true"], "--max-restarts"),
+        # horovodrun's flags: -H names this host only and agrees with -np; one engine flag.
+        (["run", "--", "true"], "say how many workers"),
+        (["run", "-H", "node7:2", "--", "true"], "node7 is not this host"),
+        (["run", "-H", "localhost:2\n", "--", "true"], "write host:slots"),
+        (["run", "-np", "3", "-H", "localhost:2", "--", "true"], "-np 3 but -H 'localhost:2' gives 2 slots"),
+        (["run", "-np", "2", "--gloo", "--mpi", "--", "true"], "not allowed with argument --gloo"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:
@@ -88,3 +94,18 @@ def test_bad_environment_is_reported_not_raised() -> None:
     res = mldist(["env", "--json", "--no-tensorflow"], env=clean_env(SLURM_STEP_ID="0", SLURM_PROCID="x"))
     check(res)
     assert "SLURM_PROCID='x' is not an integer" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "flags, engine",
+    [(["-np", "2", "--gloo"], "ring"), (["-H", "localhost:1,127.0.0.1:1", "--mpi"], "mpi")],
+    ids=["np-gloo", "hosts-mpi"],
+)
+def test_horovodrun_flags_start_the_workers(flags: list[str], engine: str) -> None:
+    """``horovodrun -np 2 python train.py`` becomes ``mldist run -np 2 python train.py``."""
+    show = "import os; print('RANK', os.environ['MLDIST_RANK'], os.environ['MLDIST_COMMUNICATION'])"
+    res = check(mldist(["run", *flags, "--", PY, "-c", show], timeout=60))
+    assert sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines() if " RANK " in line) == [
+        f"RANK 0 {engine}",
+        f"RANK 1 {engine}",
+    ]

@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import socket
+from collections.abc import Collection
 from typing import Any
 
+from ..errors import ConfigError
 from .common import Handler, add_command, command_after_dashes, count, seconds
 
 RUN_EXAMPLE = """\
@@ -19,6 +23,7 @@ example:
   mldist run -n 2 -- python train.py --epochs 5
   mldist run -n 4 --log-dir logs/ python train.py
   mldist run -n 2 --max-restarts 3 python train.py   # resumes from mldist.keras.Checkpoint
+  mldist run -np 2 -H localhost:2 python train.py     # horovodrun's flags work too
 
 Each worker gets MLDIST_RANK, MLDIST_SIZE, MLDIST_LOCAL_RANK, MLDIST_LOCAL_SIZE
 and MLDIST_WORKERS; mldist.init() reads them. If one worker fails the others
@@ -40,7 +45,13 @@ def register(sub: Any) -> dict[str, Handler]:
         RUN_EXAMPLE,
         "Start N workers of COMMAND on this host, all-or-nothing.",
     )
-    run.add_argument("-n", "--nprocs", type=count(1), required=True, help="number of workers")
+    run.add_argument("-n", "-np", "--nprocs", type=count(1), help="number of workers (-np as in horovodrun)")
+    run.add_argument(
+        "-H", "--hosts", help="horovodrun's host:slots list; this host only (e.g. localhost:2): sets -n if absent"
+    )
+    engine = run.add_mutually_exclusive_group()
+    engine.add_argument("--gloo", action="store_true", help="horovodrun's flag: TensorFlow's RING engine")
+    engine.add_argument("--mpi", action="store_true", help="horovodrun's flag: the MPI engine")
     run.add_argument("--log-dir", help="write one rank-R.log per worker here instead of prefixed output")
     run.add_argument(
         "--grace",
@@ -82,18 +93,66 @@ def register(sub: Any) -> dict[str, Handler]:
     return {"run": _cmd_run, "env": _cmd_env}
 
 
+_HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
+
+
+def local_slots(hosts: str, local_names: Collection[str]) -> int:
+    """The worker count of a horovodrun ``-H host:slots,...`` list naming only this host.
+
+    Example:
+        >>> local_slots("localhost:2", {"localhost"})
+        2
+        >>> local_slots("localhost", {"localhost"})
+        1
+    """
+    total = 0
+    for item in hosts.split(","):
+        match = _HOST_SLOTS.fullmatch(item)
+        if not match:
+            raise ConfigError(f"-H {hosts!r}: write host:slots,... (e.g. localhost:2)")
+        host, slots = match.group(1), int(match.group(2) or 1)
+        if host not in local_names:
+            raise ConfigError(
+                f"-H {hosts!r}: {host} is not this host; mldist run starts workers here only. "
+                "For several nodes use mldist submit, srun or mpiexec"
+            )
+        total += slots
+    if total < 1:
+        raise ConfigError(f"-H {hosts!r} gives no slots")
+    return total
+
+
+def _this_host() -> set[str]:
+    return {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
+
+
+def _nprocs_and_engine(args: argparse.Namespace) -> tuple[int, str]:
+    """-n/-np, or horovodrun's -H; --gloo/--mpi as --communication."""
+    nprocs = args.nprocs
+    if args.hosts is not None:
+        slots = local_slots(args.hosts, _this_host())
+        if nprocs is not None and nprocs != slots:
+            raise ConfigError(f"-np {nprocs} but -H {args.hosts!r} gives {slots} slots; make them agree")
+        nprocs = slots
+    if nprocs is None:
+        raise ConfigError("say how many workers: mldist run -n 2 -- python train.py")
+    engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
+    return nprocs, engine
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from ..launch.local import RunConfig, run
 
+    nprocs, engine = _nprocs_and_engine(args)
     cfg = RunConfig(
-        nprocs=args.nprocs,
+        nprocs=nprocs,
         command=tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py")),
         log_dir=args.log_dir,
         grace=args.grace,
         failure_grace=args.failure_grace,
         cpu_bind=args.cpu_bind,
         max_restarts=args.max_restarts,
-        communication=args.communication,
+        communication=engine,
     )
     return run(cfg)
 
