@@ -147,6 +147,7 @@ REFUSED = {
     "SyncBatchNormalization": "use keras.layers.BatchNormalization (per-worker statistics) or GroupNormalization",
     "BroadcastGlobalVariablesHook": "TensorFlow 1 session hooks are not supported; call hvd.broadcast_variables",
     "check_installed_version": "mldist is not Horovod; use mldist.__version__",
+    "run": "horovod.run(fn, np=...) is not provided; start the script with mldist run -np N",
 }
 
 
