@@ -86,14 +86,11 @@ _NO_MOMENTUM: float | None = None
 
 def _schedule_class(base: type) -> type:
     class LearningRateScheduleCallback(base):  # type: ignore[misc, valid-type]
-        """Set lr = initial_lr * multiplier(epoch) from start_epoch to end_epoch (Horovod's arguments).
+        """Set lr = initial_lr * multiplier(epoch) in [start_epoch, end_epoch) (Horovod's arguments).
 
         Args:
-            initial_lr: the rate the multiplier scales.
-            multiplier: a number, or a function of the (fractional, unless staircase) epoch.
-            start_epoch, end_epoch: the epochs it acts in (end excluded; None: to the end).
-            staircase: change once per epoch; else every batch with fractional epochs.
-            momentum_correction: scale an optimizer's momentum variable with the rate change for one step.
+            multiplier: a number, or a function of the epoch (fractional unless ``staircase``).
+            momentum_correction: scale a momentum variable with the rate change, for one step.
             steps_per_epoch: batches per epoch (default: what ``fit`` says).
         """
 
@@ -123,8 +120,7 @@ def _schedule_class(base: type) -> type:
             self._restore_momentum = _change_lr(self.model.optimizer, new, self.momentum_correction)
 
         def on_train_begin(self, logs: Any = None) -> None:
-            if self.steps_per_epoch is None:
-                self.steps_per_epoch = self.params.get("steps")
+            self.steps_per_epoch = self.steps_per_epoch or self.params.get("steps")
             if not self.staircase and not self.steps_per_epoch:
                 raise ConfigError("this LR callback needs steps_per_epoch= (fit did not say how many steps)")
 
@@ -142,6 +138,10 @@ def _schedule_class(base: type) -> type:
             if self._restore_momentum is not None:  # the corrected momentum was for one step only
                 self.model.optimizer.momentum.assign(self._restore_momentum)
                 self._restore_momentum = None
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if logs is not None:
+                logs["lr"] = _get_lr(self.model.optimizer)  # history, CSVLogger and TensorBoard show it
 
     return LearningRateScheduleCallback
 
@@ -168,15 +168,17 @@ def _warmup_class(schedule: type) -> type:
             n, self.warmup_epochs = basics.size(), warmup_epochs
 
             def ramp(epoch: float) -> float:
+                # Counted at the end of the batch (Horovod's rule): the last warm-up batch reaches 1.
+                epoch += 1.0 / float(self.steps_per_epoch or 1)
                 return (epoch * (n - 1) / warmup_epochs + 1) / n
 
             super().__init__(initial_lr, ramp, 0, warmup_epochs, False, momentum_correction, steps_per_epoch, verbose)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            if epoch == self.warmup_epochs - 1:
-                _set_lr(self.model.optimizer, self.initial_lr)  # the ramp's last batch stops just short
-                if self.verbose and basics.rank() == 0:
-                    print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {self.initial_lr:g}.")
+            super().on_epoch_end(epoch, logs)
+            if epoch == self.warmup_epochs - 1 and self.verbose and basics.rank() == 0:
+                lr = _get_lr(self.model.optimizer)
+                print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {lr:g}.")
 
     return LearningRateWarmupCallback
 

@@ -62,3 +62,17 @@ def no_tape_recording() -> Any:
     from tensorflow.python.eager import record
 
     return record.stop_recording()
+
+
+def never_convert(package: str) -> None:
+    """Make autograph leave ``package``'s functions as written inside ``tf.function`` (idempotent).
+
+    Autograph would otherwise rewrite mldist's collectives when a user's ``tf.function``
+    calls them, re-reading their source from disk at trace time (an upgrade mid-run then
+    traces the wrong function). Keras and TensorFlow sit on the same list; there is no
+    public way to add a package to it.
+    """
+    from tensorflow.python.autograph.core import config
+
+    if not any(getattr(rule, "_prefix", None) == package for rule in config.CONVERSION_RULES):
+        config.CONVERSION_RULES = (config.DoNotConvert(package), *config.CONVERSION_RULES)

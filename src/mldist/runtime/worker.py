@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ConfigError, RuntimeStateError
 from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
 from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
-from . import engine, failures
+from . import compat, engine, failures
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,7 @@ def init(communication: str | None = None) -> Context:
 
     import tensorflow as tf
 
+    compat.never_convert("mldist")
     _apply_threads(tf, plan)
     gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
