@@ -10,6 +10,8 @@ Example:
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -26,8 +28,15 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def count(minimum: int) -> Callable[[str], int]:
-    """A parser for count flags: a whole number of ASCII digits, at least ``minimum``.
+#: Upper bound of every count flag unless a flag says otherwise: far above any real job.
+MAX_COUNT = 100_000
+#: Upper bound of durations in seconds (grace periods): one week.
+MAX_SECONDS = 7 * 24 * 3600
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+
+def count(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """A parser for count flags: ASCII digits only, between ``minimum`` and ``maximum``.
 
     Example:
         >>> count(0)("0")
@@ -35,18 +44,20 @@ def count(minimum: int) -> Callable[[str], int]:
     """
 
     def parse(text: str) -> int:
-        if not (text.isascii() and text.strip().lstrip("+-").isdigit()):
+        if not _DIGITS.fullmatch(text):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
         value = int(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{value} is not at least {minimum}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{value} is more than {maximum}")
         return value
 
     return parse
 
 
 def seconds(text: str) -> float:
-    """A parser for durations in seconds: a finite, non-negative number.
+    """A parser for durations in seconds: a finite number from 0 to a week.
 
     Example:
         >>> seconds("2.5")
@@ -56,8 +67,12 @@ def seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value:g} is negative")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{value:g} seconds is more than a week ({MAX_SECONDS})")
     return value
 
 

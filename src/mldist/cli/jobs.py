@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from ..launch.batch.render import render
 from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
 from ..launch.batch.sites import site_profile
 from ..launch.batch.spec import JobSpec
-from .common import Handler, add_command, command_after_dashes, count
+from .common import MAX_SECONDS, Handler, add_command, command_after_dashes, count
 
 SUBMIT_EXAMPLE = """\
 example:
@@ -61,11 +62,11 @@ def _add_submit(sub: Any) -> None:
     p.add_argument("--site", help="a site profile (built-in, ~/.config/mldist/sites.toml, ./mldist-sites.toml)")
     for flag, kind, text in (
         ("--nodes", count(1), "nodes (default 1)"),
-        ("--tasks-per-node", count(1), "tasks per node (default: one per GPU, else 1)"),
-        ("--gpus-per-node", count(0), "GPUs per node"),
-        ("--cpus-per-task", count(1), "CPUs per task (threads per rank)"),
-        ("--hyperthreads", count(1), "aprun -j (Cobalt)"),
-        ("--grace", count(0), "seconds between the requeue signal and the time limit (default 90)"),
+        ("--tasks-per-node", count(1, 1024), "tasks per node (default: one per GPU, else 1)"),
+        ("--gpus-per-node", count(0, 64), "GPUs per node"),
+        ("--cpus-per-task", count(1, 4096), "CPUs per task (threads per rank)"),
+        ("--hyperthreads", count(1, 8), "aprun -j (Cobalt)"),
+        ("--grace", count(0, MAX_SECONDS), "seconds between the requeue signal and the time limit (default 90)"),
     ):
         p.add_argument(flag, type=kind, help=text)
     for flag, text in (
@@ -92,6 +93,16 @@ def _add_submit(sub: Any) -> None:
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
 
 
+_JOB_ID = re.compile(r"[A-Za-z0-9_.\[\]-]{1,128}")
+
+
+def _job_id(text: str) -> str:
+    """A job id as schedulers print them (4242, 4242_3, 123.server, 123[].server)."""
+    if not _JOB_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (e.g. 4242; see 'mldist status')")
+    return text
+
+
 def _add_follow_up(sub: Any) -> None:
     s = add_command(
         sub,
@@ -99,13 +110,13 @@ def _add_follow_up(sub: Any) -> None:
         "state of a job, or of all jobs submitted with mldist",
         "example:\n  mldist status 4242\n  mldist status",
     )
-    s.add_argument("job", nargs="?", help="job id (default: every recorded job)")
+    s.add_argument("job", nargs="?", type=_job_id, help="job id (default: every recorded job)")
     c = add_command(sub, "cancel", "cancel a job", "example:\n  mldist cancel 4242")
-    c.add_argument("job", help="job id")
+    c.add_argument("job", type=_job_id, help="job id")
     lg = add_command(
         sub, "logs", "print a job's batch log or one rank's log", "example:\n  mldist logs 4242 --rank 1 --follow"
     )
-    lg.add_argument("job", help="job id")
+    lg.add_argument("job", type=_job_id, help="job id")
     lg.add_argument("--rank", type=count(0), help="this rank's log instead of the batch log")
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
 
@@ -164,7 +175,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    records = [load_record(args.job)] if args.job else list_records()[-20:]
+    records = [load_record(args.job)] if args.job is not None else list_records()[-20:]
     if not records:
         print("no jobs submitted with mldist yet")
     for record in records:
@@ -188,6 +199,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 def _cmd_logs(args: argparse.Namespace) -> int:
     record = load_record(args.job)
+    if args.rank is not None and record.tasks and args.rank >= record.tasks:
+        raise ConfigError(f"--rank {args.rank}: job {args.job} has ranks 0-{record.tasks - 1}")
     path = record.log_path(args.rank)
     if args.follow:
 

@@ -45,7 +45,7 @@ def register(sub: Any) -> dict[str, Handler]:
         RUN_EXAMPLE,
         "Start N workers of COMMAND on this host, all-or-nothing.",
     )
-    run.add_argument("-n", "-np", "--nprocs", type=count(1), help="number of workers (-np as in horovodrun)")
+    run.add_argument("-n", "-np", "--nprocs", type=count(1, 4096), help="number of workers (-np as in horovodrun)")
     run.add_argument(
         "-H", "--hosts", help="horovodrun's host:slots list; this host only (e.g. localhost:2): sets -n if absent"
     )
@@ -70,7 +70,7 @@ def register(sub: Any) -> dict[str, Handler]:
     )
     run.add_argument(
         "--max-restarts",
-        type=count(0),
+        type=count(0, 1000),
         default=0,
         help="after a worker failure, restart the group up to K times (resumes from mldist checkpoints)",
     )

@@ -18,6 +18,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
+import resource
 import signal
 import socket
 import sys
@@ -25,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import REQUEUE_CODE, ConfigError
+from ..errors import REQUEUE_CODE, ConfigError, LaunchError
 from .groups import DirectGroup, Group
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
@@ -62,18 +63,52 @@ class RunConfig:
     communication: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.nprocs < 1:
-            raise ConfigError(f"-n {self.nprocs}: the number of workers must be at least 1")
+        if not 1 <= self.nprocs <= MAX_WORKERS:
+            raise ConfigError(f"-n {self.nprocs}: start 1 to {MAX_WORKERS} workers on one host")
         if not self.command:
             raise ConfigError("no command given: mldist run -n 2 -- python train.py")
-        if self.grace < 0 or self.failure_grace < 0:
-            raise ConfigError(f"--grace {self.grace}: grace periods cannot be negative")
+        for name, value in (("--grace", self.grace), ("--failure-grace", self.failure_grace)):
+            if not 0 <= value <= 7 * 86400:  # also refuses nan and inf: a kill must follow
+                raise ConfigError(f"{name} {value}: give 0 to 604800 seconds")
         if self.cpu_bind not in ("none", "cores"):
             raise ConfigError(f"--cpu-bind {self.cpu_bind!r}: use 'none' or 'cores'")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} cannot be negative")
         if self.communication not in COMMUNICATIONS:
             raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
+
+
+#: The most workers ``mldist run`` starts on one host.
+MAX_WORKERS = 4096
+#: Descriptors the launcher holds per worker (output pipes, FIFOs, ports while choosing), and for itself.
+_FDS_PER_WORKER, _FDS_BASE = 6, 64
+
+
+def prepare_log_dir(path: str) -> None:
+    """Create ``--log-dir`` (owner-only) or raise ConfigError saying why it cannot hold the logs."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"--log-dir {path!r} is a file; name a directory")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--log-dir {path!r} cannot be created ({exc.strerror}); name a writable directory") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--log-dir {path!r} is not writable; name a writable directory")
+
+
+def ensure_descriptors(nprocs: int) -> None:
+    """Raise the soft open-file limit as far as needed for ``nprocs`` workers, or refuse with the reason."""
+    need = _FDS_BASE + _FDS_PER_WORKER * nprocs
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise LaunchError(
+        f"-n {nprocs} needs about {need} open files but this shell allows {hard} (ulimit -Hn); "
+        f"start at most {(hard - _FDS_BASE) // _FDS_PER_WORKER} workers or raise the limit"
+    )
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -173,6 +208,9 @@ def run(cfg: RunConfig) -> int:
 
         code = run(RunConfig(nprocs=2, command=("python", "train.py"), max_restarts=2))
     """
+    if cfg.log_dir:
+        prepare_log_dir(cfg.log_dir)
+    ensure_descriptors(cfg.nprocs)
     received: list[int] = []
     current: list[Group] = []
     kind = group_kind(cfg, os.environ)

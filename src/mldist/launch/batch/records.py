@@ -27,7 +27,7 @@ from typing import IO
 from ...errors import ConfigError, LaunchError
 from ...files import atomic_write
 from .render import render
-from .schedulers import JobStatus, parse_job_id, parse_status, scheduler
+from .schedulers import SCHEDULERS, JobStatus, parse_job_id, parse_status, scheduler
 from .spec import JobSpec
 
 
@@ -41,6 +41,7 @@ class JobRecord:
     script: str
     submitted_at: float
     command: tuple[str, ...]
+    tasks: int = 0  # ranks in the job (0: recorded before mldist kept it)
 
     def log_path(self, rank: int | None = None) -> Path:
         """The batch log, or rank ``rank``'s log."""
@@ -92,6 +93,7 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
         str(script),
         time.time(),
         spec.command,
+        spec.total_tasks,
     )
     text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
     atomic_write(out / "job.json", text)
@@ -108,8 +110,34 @@ def load_record(job_id: str, env: Mapping[str, str] | None = None) -> JobRecord:
         raise ConfigError(f"no job {job_id!r} was submitted with mldist here (see 'mldist status')") from None
     except ValueError:
         raise ConfigError(f"the record {path} is damaged; remove it") from None
-    data["command"] = tuple(data["command"])
-    return JobRecord(**data)
+    return _record_from(data, path)
+
+
+#: Field types of a job record file (``tasks`` may be missing in older ones).
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "job_id": str,
+    "scheduler": str,
+    "output_dir": str,
+    "script": str,
+    "submitted_at": (int, float),
+}
+
+
+def _record_from(data: object, path: Path) -> JobRecord:
+    """A JobRecord from parsed JSON, or a ConfigError naming the file if its shape is wrong."""
+    damaged = ConfigError(f"the record {path} is damaged (wrong fields or types); remove it")
+    if not isinstance(data, dict) or set(data) - {*_FIELDS, "command", "tasks"}:
+        raise damaged
+    if any(not isinstance(data.get(k), t) or isinstance(data.get(k), bool) for k, t in _FIELDS.items()):
+        raise damaged
+    command, tasks = data.get("command"), data.get("tasks", 0)
+    if not (isinstance(command, list) and all(isinstance(c, str) for c in command)):
+        raise damaged
+    if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 0:
+        raise damaged
+    if data["scheduler"] not in SCHEDULERS:
+        raise damaged
+    return JobRecord(**{**data, "command": tuple(command), "tasks": tasks})
 
 
 def list_records(env: Mapping[str, str] | None = None) -> list[JobRecord]:
@@ -119,8 +147,8 @@ def list_records(env: Mapping[str, str] | None = None) -> list[JobRecord]:
     for path in folder.glob("*.json") if folder.is_dir() else []:
         try:
             records.append(load_record(path.stem, env))
-        except ConfigError:
-            continue
+        except ConfigError as exc:  # one bad file must not hide every other job
+            print(f"mldist: warning: skipping {path.name}: {exc}", file=sys.stderr)
     return sorted(records, key=lambda r: r.submitted_at)
 
 

@@ -120,15 +120,37 @@ def site_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
     return [config / "mldist" / "sites.toml", cwd / "mldist-sites.toml"]
 
 
+#: What each profile option must hold, by TOML type; every other option is a string.
+_INTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace")
+_LISTS = ("directives", "modules", "binds", "unset")
+
+
+def _kind_error(key: str, value: Any) -> str | None:
+    """What is wrong with ``key = value`` in a profile, or None."""
+    if key in _INTS:
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 100_000
+        return None if ok else f"{key} must be a whole number from 0 to 100000, e.g. {key} = 4"
+    if key in _LISTS:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else f'{key} must be a list of strings, e.g. {key} = ["a", "b"]'
+    if key == "env":
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if ok else "env must be a table of strings"
+    if key == "requeue":
+        return None if isinstance(value, bool) else "requeue must be true or false"
+    return None if isinstance(value, str) else f'{key} must be a string, e.g. {key} = "..."'
+
+
 def _check_profile(name: str, profile: Mapping[str, Any], source: str) -> dict[str, Any]:
     unknown = sorted(set(profile) - _KEYS)
     if unknown:
         raise ConfigError(
             f"site {name!r} in {source}: unknown option {unknown[0]!r}; known: {', '.join(sorted(_KEYS))}"
         )
-    env = profile.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise ConfigError(f"site {name!r} in {source}: env must be a table of strings")
+    for key, value in profile.items():
+        problem = _kind_error(key, value)
+        if problem:
+            raise ConfigError(f"site {name!r} in {source}: {problem} (got {value!r})")
     return dict(profile)
 
 
@@ -148,7 +170,10 @@ def load_sites(env: Mapping[str, str] | None = None, cwd: Path | None = None) ->
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"site file {path} cannot be read: {exc}") from None
-        for name, profile in data.get("sites", {}).items():
+        tables = data.get("sites", {})
+        if not isinstance(tables, dict):
+            raise ConfigError(f"site file {path}: 'sites' must be a table of [sites.NAME] tables")
+        for name, profile in tables.items():
             if not isinstance(profile, dict):
                 raise ConfigError(f"site file {path}: [sites.{name}] must be a table")
             sites[name] = _check_profile(name, profile, str(path))

@@ -24,7 +24,9 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 _WORD = re.compile(r"[A-Za-z0-9_.:,+=@/-]+")
 _MEM = re.compile(r"\d+[KMGT]?B?", re.IGNORECASE)
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
+_TIME = re.compile(r"(?:([0-9]{1,3})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")
+#: The longest wall time accepted: a year (a longer one is a typo).
+MAX_TIME_SECONDS = 365 * 86400
 
 
 def parse_time(text: str) -> int:
@@ -34,10 +36,12 @@ def parse_time(text: str) -> int:
         >>> parse_time("90"), parse_time("1:00:00"), parse_time("1-00:00:00")
         (5400, 3600, 86400)
     """
-    m = _TIME.fullmatch(text.strip())
+    m = _TIME.fullmatch(text)
     if not m:
         raise ConfigError(f"--time {text!r} is not M, H:MM:SS or D-HH:MM:SS (e.g. 2:00:00)")
     days, a, b, c = (int(g) if g else None for g in m.groups())
+    if any(v is not None and v > 59 for v in (b, c)):
+        raise ConfigError(f"--time {text!r}: minutes and seconds go up to 59 (e.g. 2:30:00)")
     if days is not None and b is None:  # D-H
         seconds = a * 3600  # type: ignore[operator]
     elif b is None:  # minutes
@@ -49,6 +53,8 @@ def parse_time(text: str) -> int:
     seconds += (days or 0) * 86400
     if seconds <= 0:
         raise ConfigError(f"--time {text!r} must be longer than zero")
+    if seconds > MAX_TIME_SECONDS:
+        raise ConfigError(f"--time {text!r} is longer than a year; give the job's real limit")
     return seconds
 
 
