@@ -166,6 +166,7 @@ def worker_env(
         MLDIST_WORKERS=",".join(workers),
         MLDIST_RUN_ID=run_id,
         MLDIST_RESTART=str(restart),
+        MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.

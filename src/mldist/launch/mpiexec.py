@@ -135,6 +135,7 @@ class MpiexecGroup(Group):
             "MLDIST_RUN_ID": self.run_id,
             "MLDIST_RESTART": str(self.restart),
             "MLDIST_COMMUNICATION": cfg.communication,
+            "MLDIST_LAUNCHER_PID": str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
         }

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ConfigError, RuntimeStateError
 from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
 from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
-from . import compat, engine, failures
+from . import compat, engine, failures, watchdog
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,7 @@ def init(communication: str | None = None) -> Context:
     if comm not in engine.COMMUNICATIONS:
         raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
     sys.excepthook = failures.one_line_errors
+    watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
     probe = cpu_probe()
     plan = thread_plan(os.environ, placement.local_size, probe)
