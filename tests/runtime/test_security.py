@@ -1,4 +1,5 @@
-"""With the MPI engine no worker port accepts TensorFlow RPCs; with RING one does (the control)."""
+"""No worker port accepts TensorFlow RPCs from outside: with the MPI engine there is no server, with RING
+the workers sit in a private network namespace; with RING on the host's network they do (the control)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ WAITER = (
 
 
 def listening_ports(pid: int) -> set[int]:
-    """TCP ports (IPv4 and IPv6) on which process ``pid`` holds a listening socket."""
+    """TCP ports (IPv4 and IPv6) on which process ``pid`` holds a listening socket, in its own network namespace."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -31,7 +32,7 @@ def listening_ports(pid: int) -> set[int]:
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
     ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for table in (f"/proc/{pid}/net/tcp", f"/proc/{pid}/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             cols = line.split()
             if cols[3] == "0A" and cols[9] in inodes:  # 0A: LISTEN
@@ -68,16 +69,21 @@ def _attack(port: int, task: int, target: Path) -> str:
     return (res.stdout.strip().splitlines() or ["(no output)"])[-1]
 
 
-@pytest.mark.parametrize("engine, exposed", [("mpi", False), ("ring", True)])
-def test_tensorflow_clients_cannot_run_ops_in_mpi_engine_workers(engine: str, exposed: bool, tmp_path: Path) -> None:
-    argv = [PY, "-m", "mldist", "run", "-n", "2", "--communication", engine, "--", PY, "-c", WAITER]
+@pytest.mark.parametrize(
+    "engine, network, exposed",
+    [("mpi", "auto", False), ("ring", "host", True), ("ring", "auto", False)],
+    ids=["mpi", "ring-host-network-control", "ring-private-network"],
+)
+def test_tensorflow_clients_cannot_run_ops_in_workers(engine: str, network: str, exposed: bool, tmp_path: Path) -> None:
+    run = ["run", "-n", "2", "--communication", engine, "--network", network]
+    argv = [PY, "-m", "mldist", *run, "--", PY, "-c", WAITER]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
     try:
         workers = _ready(proc, 2)
         assert [(r, e) for r, e, _ in sorted(workers)] == [(0, engine), (1, engine)], workers
         targets = [(port, rank) for rank, _, pid in workers for port in sorted(listening_ports(pid))]
-        if exposed:
-            assert targets, "RING workers must listen (TensorFlow's gRPC server)"
+        if engine == "ring":
+            assert targets, "RING workers must listen (TensorFlow's gRPC server), privately or not"
         with ThreadPoolExecutor(max_workers=2) as pool:
             outcomes = list(pool.map(lambda t: _attack(t[0], t[1], tmp_path / f"written-{t[0]}"), targets))
     finally:
@@ -88,4 +94,4 @@ def test_tensorflow_clients_cannot_run_ops_in_mpi_engine_workers(engine: str, ex
     if exposed:
         assert ran, f"the control failed: no RING worker port ran the client's ops; {report}"
     else:
-        assert not ran, f"TensorFlow ops ran inside MPI-engine workers through {ran}; {report}"
+        assert not ran, f"TensorFlow ops ran inside {engine} workers through {ran}; {report}"

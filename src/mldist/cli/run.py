@@ -36,6 +36,16 @@ example:
   srun -n 2 mldist env --json   # what each task of a Slurm step sees"""
 
 
+def _add_horovodrun_flags(run: Any) -> None:
+    """horovodrun's -H, --gloo and --mpi (its -np is an alias of -n)."""
+    run.add_argument(
+        "-H", "--hosts", help="horovodrun's host:slots list; this host only (e.g. localhost:2): sets -n if absent"
+    )
+    engine = run.add_mutually_exclusive_group()
+    engine.add_argument("--gloo", action="store_true", help="horovodrun's flag: TensorFlow's RING engine")
+    engine.add_argument("--mpi", action="store_true", help="horovodrun's flag: the MPI engine")
+
+
 def register(sub: Any) -> dict[str, Handler]:
     """Add ``run`` and ``env`` to the subcommands; their handlers by name."""
     run = add_command(
@@ -46,12 +56,7 @@ def register(sub: Any) -> dict[str, Handler]:
         "Start N workers of COMMAND on this host, all-or-nothing.",
     )
     run.add_argument("-n", "-np", "--nprocs", type=count(1, 4096), help="number of workers (-np as in horovodrun)")
-    run.add_argument(
-        "-H", "--hosts", help="horovodrun's host:slots list; this host only (e.g. localhost:2): sets -n if absent"
-    )
-    engine = run.add_mutually_exclusive_group()
-    engine.add_argument("--gloo", action="store_true", help="horovodrun's flag: TensorFlow's RING engine")
-    engine.add_argument("--mpi", action="store_true", help="horovodrun's flag: the MPI engine")
+    _add_horovodrun_flags(run)
     run.add_argument("--log-dir", help="write one rank-R.log per worker here instead of prefixed output")
     run.add_argument(
         "--grace",
@@ -79,6 +84,13 @@ def register(sub: Any) -> dict[str, Handler]:
         choices=("auto", "mpi", "ring", "nccl"),
         default=os.environ.get("MLDIST_COMMUNICATION", "auto"),
         help="collective engine: auto (MPI on CPUs through mpiexec when available, NCCL on GPUs, else RING)",
+    )
+    run.add_argument(
+        "--network",
+        choices=("auto", "private", "host"),
+        default="auto",
+        help="TensorFlow's engines: 'private' runs the workers in their own network namespace (unreachable "
+        "from elsewhere, no other network), 'host' on this host's; auto: private where allowed",
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the worker command")
     env = add_command(
@@ -153,6 +165,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cpu_bind=args.cpu_bind,
         max_restarts=args.max_restarts,
         communication=engine,
+        network=args.network,
     )
     return run(cfg)
 

@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 from ..errors import LaunchError
 from ..placement.resources import cpu_probe
+from .netns import PrivateNetwork
 
 if TYPE_CHECKING:
     from .local import RunConfig
@@ -120,16 +121,47 @@ class Group(ABC):
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         for log in self.logs:
             log.close()
+        net = getattr(self, "net", None)
+        if net is not None:
+            net.close()
 
 
 class DirectGroup(Group):
-    """Workers started by the launcher itself, one session each."""
+    """Workers started by the launcher itself, one session each (in a private network when asked)."""
+
+    net: PrivateNetwork | None = None
+
+    def _network(self) -> PrivateNetwork | None:
+        """The private network for TensorFlow's servers, per ``cfg.network``; says once what it chose."""
+        from .local import _say
+
+        cfg = self.cfg
+        if cfg.network == "host" or cfg.nprocs == 1:
+            return None
+        got = PrivateNetwork.start()
+        if isinstance(got, PrivateNetwork):
+            if self.restart == 0:
+                _say(
+                    "workers share a private network namespace (TensorFlow's server is unauthenticated; "
+                    "no other network in it: --network host to allow)"
+                )
+            return got
+        if cfg.network == "private":
+            raise LaunchError(f"--network private: no private network namespace here ({got})")
+        if self.restart == 0:
+            _say(
+                f"warning: TensorFlow's unauthenticated server is reachable on this host's network ({got}); "
+                "the MPI engine (--communication mpi) starts none"
+            )
+        return None
 
     def start(self) -> None:
         """Start every worker; raises LaunchError (after killing the started ones) if one cannot start."""
         from .local import die_with_parent, free_ports, worker_env
 
         cfg = self.cfg
+        self.net = self._network()
+        command = self.net.enter(cfg.command) if self.net else list(cfg.command)
         workers = [f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)]
         sets = self.cpu_sets()
         if cfg.log_dir:
@@ -144,7 +176,7 @@ class DirectGroup(Group):
                 self.logs.append(out)
             try:
                 proc = subprocess.Popen(
-                    list(cfg.command),
+                    command,
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,

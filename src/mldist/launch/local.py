@@ -34,6 +34,7 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signa
 _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
+NETWORKS = ("auto", "private", "host")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class RunConfig:
             failure (not after exit code 75 or a signal to the launcher).
         communication: the workers' engine: "auto" and "mpi" start them through
             mpiexec when one is found (one MPI world), "ring"/"nccl" start them directly.
+        network: for workers started directly (TensorFlow's engines): "private" runs them in
+            a network namespace of their own, "host" on this host's network, "auto" private
+            where the platform allows it.
     """
 
     nprocs: int
@@ -61,6 +65,7 @@ class RunConfig:
     cpu_bind: str = "none"
     max_restarts: int = 0
     communication: str = "auto"
+    network: str = "auto"
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -74,6 +79,8 @@ class RunConfig:
             raise ConfigError(f"--cpu-bind {self.cpu_bind!r}: use 'none' or 'cores'")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts {self.max_restarts} cannot be negative")
+        if self.network not in NETWORKS:
+            raise ConfigError(f"--network {self.network!r} is not one of {', '.join(NETWORKS)}")
         if self.communication not in COMMUNICATIONS:
             raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
 
