@@ -4,6 +4,9 @@ The one place mldist writes files that must exist whole or not at all: job
 scripts and records, checkpoints, the final Keras model. A crash at any point
 leaves either the old file or the new one, never a torn mix.
 
+Permissions are given at creation and the umask applies on top: a mode only
+ever narrows what the umask allows, never widens it (no ``chmod`` afterwards).
+
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -13,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -41,16 +45,61 @@ def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes, mode: int | None = None) -> Path:
+def make_dirs(path: str | os.PathLike[str], mode: int = 0o777) -> Path:
+    """Create directory ``path`` and its missing parents, each with ``mode`` less the umask; ``path``.
+
+    Unlike ``Path.mkdir(parents=True, mode=...)``, the parents get ``mode`` too. Existing
+    directories are left as they are.
+
+    Example:
+        >>> import tempfile, stat
+        >>> d = make_dirs(Path(tempfile.mkdtemp()) / "a" / "b", 0o700)
+        >>> stat.S_IMODE(d.parent.stat().st_mode) & 0o077
+        0
+    """
+    final = Path(path)
+    missing = [p for p in (final, *final.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode)
+        except FileExistsError:  # made meanwhile by someone else
+            if not directory.is_dir():
+                raise
+    return final
+
+
+def current_umask() -> int:
+    """This process's umask (read without changing it where Linux tells, else set and restored).
+
+    Example:
+        >>> 0 <= current_umask() <= 0o777
+        True
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(
+    path: str | os.PathLike[str], data: str | bytes, mode: int | None = None, dir_mode: int = 0o777
+) -> Path:
     """Write ``data`` to ``path`` atomically and durably; the final path.
 
     Args:
-        path: destination; its parent directory is created if missing.
+        path: destination; its missing parent directories are created (``dir_mode`` less the umask).
         data: text (UTF-8) or bytes.
-        mode: permission bits of the new file (default: 0o666 less the umask).
+        mode: permission bits of the new file, less the umask (default 0o666).
+        dir_mode: permission bits of the parent directories it creates, less the umask.
     """
     final = Path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(final.parent, dir_mode)
     raw = data.encode() if isinstance(data, str) else data
     return atomic_write_with(final, lambda fh: fh.write(raw), mode)
 
@@ -61,15 +110,17 @@ def atomic_write_with(path: Path, write: Callable[..., object], mode: int | None
     Args:
         path: destination (its parent must exist).
         write: called with the open temporary file.
-        mode: permission bits of the new file (default: 0o666 less the umask).
+        mode: permission bits of the new file, less the umask (default 0o666).
     """
     tmp = temp_name(path)
-    with open(tmp, "wb") as fh:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # left by a crashed process with our pid: it may have other permissions
+    # O_EXCL: a new file of ours (never a planted file or symlink), created with the mode less the umask.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666 if mode is None else mode)
+    with open(fd, "wb") as fh:
         write(fh)
         fh.flush()
         os.fsync(fh.fileno())
-    if mode is not None:
-        os.chmod(tmp, mode)
     os.replace(tmp, path)
     fsync_dir(path.parent)
     return path

@@ -8,6 +8,7 @@
 #COBALT --dependencies 1234:1235
 # Written by mldist submit.
 set -uo pipefail
+umask 077  # what the job writes is owner-only (logs, records, outputs)
 export MLDIST_JOB_DIR=/scratch/u/run
 export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"
 job_id="${COBALT_JOBID:-local}"
@@ -30,7 +31,10 @@ export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-${TMPDIR:-/tmp}/apptainer-cache
   echo "## python"; apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python3 -c "import sys; print(sys.executable, sys.version)"
   echo "## pip freeze"; apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python3 -m pip freeze
   echo "## mldist env"; apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python3 -m mldist env --json --no-tensorflow
-} >"$MLDIST_JOB_DIR/environment-$job_id.txt" 2>&1
+} 2>&1 | sed -E \
+  -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
+  -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
+  -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
 ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM; sleep 7080 & nap=$!; wait "$nap"; kill -USR1 $$ ) & watcher=$!
 aprun -n 8 -N 4 -d 16 -j 2 -cc depth -e MLDIST_SIZE=8 -e MLDIST_LOCAL_SIZE=4 -e OMP_NUM_THREADS=16 bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; trap '"'"'t=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank apptainer exec --bind "$PWD" --bind "$MLDIST_JOB_DIR" /sw/images/tf.sif python train.py --epochs 5 &
 child=$!

@@ -37,9 +37,17 @@ if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cob
 
 
 def _env_pair(text: str) -> tuple[str, str]:
+    from ..placement.resources import is_secret_name
+
     key, sep, value = text.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    if key.isascii() and key.isidentifier() and is_secret_name(key) and not key.upper().endswith("_FILE"):
+        print(
+            f"mldist submit: note: --env {key} puts a secret in the job script (owner-only); "
+            f"prefer a file the job reads, e.g. --env {key}_FILE=~/.{key.lower()}",
+            file=sys.stderr,
+        )
     return key, value
 
 

@@ -2,6 +2,9 @@
 
 It is the text users paste into a bug report, so it never fails: a
 problem becomes an ``error`` entry in the report instead of a traceback.
+Nor does it show secrets: variables whose names look secret (``*TOKEN*``,
+``*SECRET*``, ``*PASSWORD*``, ``*AUTH*``, ``*_KEY``) read ``<redacted>``, and so does
+the ``user:password@`` part of proxy URLs.
 
 Example:
     >>> r = build_report({}, with_tensorflow=False)
@@ -20,7 +23,14 @@ from typing import Any
 
 from ..errors import MldistError
 from ..placement import build_cluster_spec, detect
-from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, proxy_settings, thread_plan
+from ..placement.resources import (
+    cpu_probe,
+    openmp_defaults,
+    physical_gpu_id,
+    proxy_settings,
+    redact,
+    thread_plan,
+)
 from ..runtime import engine
 from ..runtime.worker import mpi_allgather_hosts
 
@@ -45,6 +55,9 @@ _SHOWN = (
     "https_proxy",
     "HTTP_PROXY",
     "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "grpc_proxy",
 )
 _PACKAGES = ("mldist", "tensorflow", "tensorflow-cpu", "keras", "tf-keras", "tensorboard", "mpi4py", "numpy")
 
@@ -77,7 +90,7 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         with_tensorflow: also ask TensorFlow for GPUs (imports it: ~4 s).
     """
     report: dict[str, Any] = {"host": socket.gethostname(), "versions": _versions()}
-    report["variables"] = {k: v for k, v in sorted(env.items()) if k.startswith(_SHOWN)}
+    report["variables"] = {k: redact(k, v) for k, v in sorted(env.items()) if k.startswith(_SHOWN)}
     errors: list[str] = []
     try:
         placement = detect(env)
@@ -89,7 +102,7 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         report["threads"] = dataclasses.asdict(plan) | {"node_cpus": probe.total, "affinity_cpus": len(probe.allowed)}
         would = openmp_defaults(plan, probe.pinned)
         would |= proxy_settings(env, sorted({w.rpartition(":")[0] for w in spec.workers}))
-        report["init_would_set"] = {k: v for k, v in would.items() if not env.get(k)}
+        report["init_would_set"] = {k: redact(k, v) for k, v in would.items() if not env.get(k)}
     except MldistError as exc:
         errors.append(str(exc))
     if with_tensorflow:

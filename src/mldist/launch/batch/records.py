@@ -3,6 +3,10 @@
 Each submitted job keeps ``job.sh`` and ``job.json`` in its output directory,
 and an index entry under ``$MLDIST_STATE_DIR`` (default
 ``~/.local/state/mldist``) so ``status``, ``cancel`` and ``logs`` find it by id.
+All of it is owner-only (files 0600, the script 0700, directories 0700, each
+less the umask): scripts and records hold ``--env`` values and the command's
+arguments (``--token=...``). The scheduler command runs with at least umask 077
+too, so the batch log it creates (Slurm: ``SLURM_UMASK``) is private as well.
 
 Example::
 
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from ...errors import ConfigError, LaunchError
-from ...files import atomic_write
+from ...files import atomic_write, current_umask
 from .render import render
 from .schedulers import SCHEDULERS, JobStatus, parse_job_id, parse_status, scheduler
 from .spec import JobSpec
@@ -62,10 +66,16 @@ def _index_path(job_id: str, env: Mapping[str, str] | None) -> Path:
     return state_dir(env) / "jobs" / (re.sub(r"[^A-Za-z0-9_.-]", "_", job_id) + ".json")
 
 
-def run_command(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run a scheduler command; a missing program is a ConfigError naming it."""
+#: Permission bits of what ``submit`` writes (less the umask): only the owner may read them.
+PRIVATE_FILE, PRIVATE_SCRIPT, PRIVATE_DIR = 0o600, 0o700, 0o700
+
+
+def run_command(argv: list[str], timeout: float = 60, umask: int = -1) -> subprocess.CompletedProcess[str]:
+    """Run a scheduler command (with ``umask``, if not -1); a missing program is a ConfigError naming it."""
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, umask=umask
+        )
     except FileNotFoundError:
         raise ConfigError(f"{argv[0]!r} is not on PATH: is this a login node of the cluster?") from None
     except subprocess.TimeoutExpired:
@@ -81,9 +91,10 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
     """Write the script into the output directory, submit it and record the job."""
     out = Path(spec.output_dir)
     script = out / "job.sh"
-    atomic_write(script, render(spec), 0o755)
+    # Executable for the owner: Cobalt's qsub runs only executable scripts.
+    atomic_write(script, render(spec), PRIVATE_SCRIPT, PRIVATE_DIR)
     argv = scheduler(spec.scheduler).submit(str(script))
-    res = run_command(argv)
+    res = run_command(argv, umask=current_umask() | 0o077)  # the job (and its batch log) inherit it
     if res.returncode != 0:
         raise LaunchError(f"{argv[0]} refused the job: {_last_line(res.stderr or res.stdout)}")
     record = JobRecord(
@@ -96,8 +107,8 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
         spec.total_tasks,
     )
     text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
-    atomic_write(out / "job.json", text)
-    atomic_write(_index_path(record.job_id, env), text)
+    atomic_write(out / "job.json", text, PRIVATE_FILE, PRIVATE_DIR)
+    atomic_write(_index_path(record.job_id, env), text, PRIVATE_FILE, PRIVATE_DIR)
     return record
 
 

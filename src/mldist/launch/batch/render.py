@@ -4,6 +4,14 @@ Pure: a spec in, script text out. Every value in the script body is quoted
 with ``shlex.quote``; the user's command reaches each task as ``"$@"`` of a
 fixed wrapper, so nothing the user typed is ever parsed as shell code.
 
+Everything the job writes is owner-only: the script sets ``umask 077`` before it
+writes anything (job directory, rank logs, environment record, and whatever the
+user's command creates; a program that wants group-readable output sets its own
+umask, e.g. ``os.umask(0o027)``). 077 already hides everything from group and
+others, so it never widens what a usable umask allows. The environment record
+is passed through a fixed ``sed`` program that hides the values of secret-looking
+variables and the credentials in URLs (see :func:`redaction_sed`).
+
 Example:
     >>> from mldist.launch.batch.spec import JobSpec
     >>> text = render(JobSpec(command=("python", "train.py"), nodes=2))
@@ -16,6 +24,7 @@ from __future__ import annotations
 import shlex
 
 from ...errors import REQUEUE_CODE
+from ...placement.resources import REDACTED, SECRET_SUFFIXES, SECRET_WORDS
 from .schedulers import Scheduler, scheduler
 from .spec import JobSpec
 
@@ -88,6 +97,7 @@ def _word(arg: str) -> str:
 def header(s: JobSpec, sched: Scheduler) -> list[str]:
     """Shebang, directives, and the variables every later line relies on."""
     lines = ["#!/bin/bash", *sched.directive_lines(s), "# Written by mldist submit.", "set -uo pipefail"]
+    lines += ["umask 077  # what the job writes is owner-only (logs, records, outputs)"]
     lines += [sched.workdir] if sched.workdir else []
     return [
         *lines,
@@ -101,9 +111,40 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
     ]
 
 
+def _any_case(text: str) -> str:
+    # POSIX sed has no case-insensitive flag: TOKEN -> [Tt][Oo][Kk][Ee][Nn].
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in text)
+
+
+def redaction_sed() -> list[str]:
+    """The ``sed`` programs that hide secrets in the environment record (``sed -E -e P1 -e P2 ...``).
+
+    The same rule as ``mldist env`` (``placement.resources.redact``), applied by the shell so a
+    record stays clean even when the job's own mldist is older or missing: credentials in URLs
+    (``http://<redacted>@proxy:3128``), then JSON members ``"NAME": "..."`` and ``NAME=...`` of
+    secret-looking names (``mldist env --json``, plain ``mldist env``, ``env``). ``pkg==1.0``
+    lines of ``pip freeze`` (e.g. ``google-auth==2.0``) are left alone.
+    """
+    name_char = "[A-Za-z0-9_]"
+    words = "|".join(_any_case(w) for w in SECRET_WORDS)
+    suffixes = "|".join(_any_case(x) for x in SECRET_SUFFIXES)
+    name = f"({name_char}*({words}){name_char}*|{name_char}*({suffixes}))"
+    json_string = r'"([^"\\]|\\.)*"'
+    value = r'("([^"\\]|\\.)*"?|[^="][^"]*|$)'  # quoted, or bare up to a quote, or nothing at the end
+    return [
+        rf's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1{REDACTED}@#g',
+        rf's#"{name}": {json_string}#"\1": "{REDACTED}"#g',
+        rf"s#(^|[^A-Za-z0-9_]){name}={value}#\1\2={REDACTED}#g",
+    ]
+
+
 def environment_record(s: JobSpec) -> list[str]:
-    """Lines that write modules, Python, ``pip freeze`` and ``mldist env`` to ``environment-JOB.txt``."""
+    """Lines that write modules, Python, ``pip freeze`` and ``mldist env`` to ``environment-JOB.txt``.
+
+    Written through :func:`redaction_sed`, owner-only (the script's umask).
+    """
     py = " ".join(_word(a) for a in [*_container_prefix(s), "python3"])  # the tasks' python
+    sed = [f"  -e {q(program)}" for program in redaction_sed()]
     return [
         "{",
         '  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"',
@@ -111,7 +152,9 @@ def environment_record(s: JobSpec) -> list[str]:
         f'  echo "## python"; {py} -c "import sys; print(sys.executable, sys.version)"',
         f'  echo "## pip freeze"; {py} -m pip freeze',
         f'  echo "## mldist env"; {py} -m mldist env --json --no-tensorflow',
-        '} >"$MLDIST_JOB_DIR/environment-$job_id.txt" 2>&1',
+        "} 2>&1 | sed -E \\",
+        *(line + " \\" for line in sed[:-1]),
+        sed[-1] + ' >"$MLDIST_JOB_DIR/environment-$job_id.txt"',
     ]
 
 
