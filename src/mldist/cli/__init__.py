@@ -1,7 +1,7 @@
 """The ``mldist`` command line (also ``python -m mldist``): argparse only.
 
 One module per command group registers its subcommands (``run``: run, env;
-``jobs``: submit, status, cancel, logs). Bad input gets one clear line on
+``jobs``: submit, status, cancel, logs; ``tools``: doctor). Bad input gets one clear line on
 stderr and exit code 2, never a traceback.
 
 Example:
@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import MldistError
-from . import jobs, run
+from . import jobs, run, tools
 from .common import FORMATTER, Handler, Parser
 
 #: Command groups, in ``mldist --help`` order.
-GROUPS = (run, jobs)
+GROUPS = (run, jobs, tools)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:

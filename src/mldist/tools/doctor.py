@@ -1,0 +1,123 @@
+"""``mldist doctor``: pre-flight checks, each ok, warn or fail with the fix.
+
+Checks are a table: a name and a function of the environment returning a
+:class:`Check`. The exit code is 0 when all are ok, 1 with warnings, 2 with
+failures.
+
+Example::
+
+    results = run_checks(os.environ)
+    print(format_checks(results)); raise SystemExit(exit_code(results))
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..errors import MldistError
+from ..placement import build_cluster_spec, detect, no_discovery
+
+STATUSES = ("ok", "warn", "fail")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's outcome: ``status`` is "ok", "warn" or "fail"; ``fix`` says what to do."""
+
+    name: str
+    status: str
+    message: str
+    fix: str = ""
+
+
+def public_addresses(addresses: list[str]) -> list[str]:
+    """The addresses that are globally routable (not loopback, private or link-local).
+
+    Example:
+        >>> public_addresses(["127.0.0.1", "10.1.2.3", "192.168.0.7", "8.8.8.8", "fe80::1"])
+        ['8.8.8.8']
+    """
+    public = []
+    for text in addresses:
+        try:
+            address = ipaddress.ip_address(text.split("%", 1)[0])
+        except ValueError:
+            continue
+        if address.is_global:
+            public.append(text)
+    return public
+
+
+def _resolve(host: str) -> list[str]:
+    try:
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    except OSError:
+        return []
+
+
+def check_worker_network(env: Mapping[str, str]) -> Check:
+    """Warn when workers' addresses are public: TensorFlow's gRPC server (RING/NCCL) has no authentication."""
+    try:
+        spec = build_cluster_spec(detect(env), env, no_discovery)
+        hosts = sorted({w.rpartition(":")[0] for w in spec.workers}) if spec.size > 1 else [socket.gethostname()]
+    except MldistError as exc:
+        return Check("worker network", "warn", f"cannot tell the workers' addresses ({exc})")
+    addresses = sorted({a for host in hosts for a in _resolve(host)})
+    public = public_addresses(addresses)
+    if public:
+        return Check(
+            "worker network",
+            "warn",
+            f"worker address {', '.join(public)} is on a public interface: with the RING or NCCL engine anyone "
+            "who reaches the port can run operations in the workers",
+            "use the MPI engine (MLDIST_COMMUNICATION=mpi), or ask the site for a job-private network or "
+            "firewalled compute-node ports",
+        )
+    shown = ", ".join(addresses) or "none resolved"
+    return Check("worker network", "ok", f"worker addresses are private or loopback ({shown})")
+
+
+def check_mpi(env: Mapping[str, str]) -> Check:
+    """Whether the MPI engine (no TensorFlow server) is available."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return Check(
+            "MPI engine",
+            "warn",
+            "mpi4py is not installed: CPU workers fall back to TensorFlow's RING engine",
+            "pip install 'mldist[cpu]' (or build mpi4py against the site's MPI)",
+        )
+    return Check("MPI engine", "ok", "mpi4py is importable")
+
+
+#: The checks, in the order they are shown.
+CHECKS: tuple[Callable[[Mapping[str, str]], Check], ...] = (check_mpi, check_worker_network)
+
+
+def run_checks(env: Mapping[str, str]) -> list[Check]:
+    """Every check's outcome."""
+    return [check(env) for check in CHECKS]
+
+
+def exit_code(results: list[Check]) -> int:
+    """0 when all are ok, 1 with warnings, 2 with failures.
+
+    Example:
+        >>> exit_code([Check("a", "ok", ""), Check("b", "warn", "")])
+        1
+    """
+    return max((STATUSES.index(r.status) for r in results), default=0)
+
+
+def format_checks(results: list[Check]) -> str:
+    """One line per check, and its fix under it."""
+    lines = []
+    for r in results:
+        lines.append(f"{r.status.upper():<5} {r.name}: {r.message}")
+        if r.fix and r.status != "ok":
+            lines.append(f"      fix: {r.fix}")
+    return "\n".join(lines)
