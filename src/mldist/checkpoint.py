@@ -5,8 +5,9 @@ variable of the saved objects) and ``manifest.json`` (step, extra state such
 as epoch and data positions, versions, shapes, and the size and SHA-256 of
 ``state.npz``). It is written under a temporary name, fsynced and renamed, so
 a checkpoint either exists whole or not at all. On restore rank 0 picks the
-newest checkpoint that passes its checks (a damaged one is named in a warning
-and skipped) and broadcasts it, so other nodes need not see the directory.
+newest checkpoint that passes its checks and fits the variables (a damaged or
+hostile one is named in a one-line warning and skipped: reading never follows a
+symbolic link, blocks or unpickles) and broadcasts it to the other ranks.
 
 Example::
 
@@ -20,14 +21,20 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
+import stat
 import sys
 import warnings
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +46,16 @@ from .runtime import broadcast
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d+)$")
 STATE, MANIFEST = "state.npz", "manifest.json"
+_MAX_MANIFEST = 64 << 20  # bytes; the manifest of a model with 100,000 variables has a few MB
+_SLACK = 4096  # bytes of zip and npy headers allowed per array besides its data
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFDIR: "a directory"}
+Objects = dict[str, list[list[Any]]]  #: variables of named objects, as manifests list them: name -> [[shape, dtype]]
+ExtraCheck = Callable[[dict[str, Any]], "str | None"]  #: what is wrong with a manifest's ``extra``, or None
+Loaded = tuple[dict[str, Any], dict[str, Any]]  #: a checkpoint's manifest and arrays
+
+
+class ModelMismatch(CheckpointError):
+    """A sound checkpoint of other variables than the ones to restore (the model changed)."""
 
 
 def variables_of(obj: Any) -> list[Any]:
@@ -83,12 +100,8 @@ def write_checkpoint(directory: Path, step: int, arrays: dict[str, Any], manifes
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     state = buf.getvalue()
-    manifest = {
-        **manifest,
-        "format": FORMAT,
-        "step": step,
-        "files": {STATE: {"bytes": len(state), "sha256": hashlib.sha256(state).hexdigest()}},
-    }
+    files = {STATE: {"bytes": len(state), "sha256": hashlib.sha256(state).hexdigest()}}
+    manifest = {**manifest, "format": FORMAT, "step": step, "files": files}
     final = directory / f"ckpt-{step:010d}"
     tmp = directory / f".tmp-ckpt-{step:010d}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -108,47 +121,177 @@ def checkpoints(directory: Path) -> list[tuple[int, Path]]:
     """``(step, path)`` of the checkpoints in ``directory``, oldest first (unchecked)."""
     if not directory.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name)) and p.is_dir()]
-    return sorted(found)
+    return sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name)) and p.is_dir())
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Read and verify one checkpoint: ``(manifest, arrays)``.
+def read_checkpoint(path: Path, model: Objects | None = None, check_extra: ExtraCheck | None = None) -> Loaded:
+    """Read and verify checkpoint ``path`` (whose manifest must list the ``model`` objects, if given).
 
-    Raises:
-        CheckpointError: naming the damaged file, when anything is missing,
-            truncated or does not match its checksum.
+    Only regular files are opened (no symbolic link followed, FIFOs and devices refused unread), at most the
+    declared bytes are read, npy headers are checked against their size, the manifest and ``model`` before
+    arrays are allocated, and nothing is unpickled. Raises CheckpointError naming the file and the fault
+    (:class:`ModelMismatch` if the checkpoint is sound but of another model).
     """
-    import numpy as np
-
+    where, name = path / MANIFEST, _NAME.match(path.name)
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        expected = manifest["files"][STATE]
-        if manifest.get("format") != FORMAT:
-            raise CheckpointError(f"{path / MANIFEST}: format {manifest.get('format')!r}, expected {FORMAT}")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{path / MANIFEST} is unreadable or incomplete ({exc})") from None
-    try:
-        state = (path / STATE).read_bytes()
+        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise CheckpointError(f"{path / STATE} is unreadable ({exc.strerror})") from None
-    if len(state) != expected["bytes"]:
-        raise CheckpointError(f"{path / STATE} is truncated: {len(state)} of {expected['bytes']} bytes")
-    if hashlib.sha256(state).hexdigest() != expected["sha256"]:
+        raise CheckpointError(f"{path} cannot be opened as a directory ({_why(exc, path)})") from None
+    try:
+        try:
+            manifest = json.loads(_read_regular(dir_fd, MANIFEST, where, None, _MAX_MANIFEST))
+        except (ValueError, RecursionError) as exc:
+            raise CheckpointError(f"{where} is unreadable or incomplete ({exc})") from None
+        if not (problem := _manifest_problem(manifest, int(name.group(1)) if name else None)) and check_extra:
+            problem = check_extra(manifest.setdefault("extra", {}))
+        if problem:
+            raise CheckpointError(f"{where}: {problem}")
+        saved, _ = manifest.setdefault("objects", {}), manifest.setdefault("extra", {})
+        for obj, specs in (model or {}).items():
+            if saved.get(obj) != specs:
+                what = f"other variables for {obj!r} than now" if obj in saved else f"no {obj!r}"
+                raise ModelMismatch(f"{where} lists {what}; the model changed: use a new checkpoint directory")
+        declared = {f"{obj}.{i}": (s[0], s[1]) for obj, specs in saved.items() for i, s in enumerate(specs)}
+        size = manifest["files"][STATE]["bytes"]
+        need = sum(math.prod(s) * _dtype(d).itemsize + 2 * len(n) + _SLACK for n, (s, d) in declared.items())
+        if declared and size > need + _SLACK:
+            raise CheckpointError(f"{where}: {STATE} of {size} bytes, its arrays need {need}")
+        state = _read_regular(dir_fd, STATE, path / STATE, size, size)
+    finally:
+        os.close(dir_fd)
+    if hashlib.sha256(state).hexdigest() != manifest["files"][STATE]["sha256"]:
         raise CheckpointError(f"{path / STATE} does not match its SHA-256 checksum (corrupted)")
-    with np.load(io.BytesIO(state)) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    return manifest, arrays
+    return manifest, _load_arrays(state, path / STATE, declared)
 
 
-def latest_valid(directory: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The newest checkpoint that passes :func:`read_checkpoint`; warns about each damaged newer one."""
+def latest_valid(directory: Path, model: Objects | None = None, check_extra: ExtraCheck | None = None) -> Loaded | None:
+    """The newest checkpoint that passes :func:`read_checkpoint`, after a one-line warning for each newer one.
+
+    Raises ModelMismatch if none passes and one is sound but of another model (starting afresh would mix runs).
+    """
+    mismatch: ModelMismatch | None = None
     for _step, path in reversed(checkpoints(directory)):
         try:
-            return read_checkpoint(path)
+            return read_checkpoint(path, model, check_extra)
+        except ModelMismatch as exc:
+            mismatch = mismatch or exc
+            _warn(f"skipping checkpoint that does not fit: {exc}")
         except CheckpointError as exc:
-            warnings.warn(f"mldist: skipping damaged checkpoint: {exc}", stacklevel=2)
+            _warn(f"skipping damaged checkpoint: {exc}")
+    if mismatch is not None:
+        raise mismatch
     return None
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"mldist: {message}".replace("\n", " "), stacklevel=3)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _dtype(name: str) -> Any:
+    """The numeric numpy dtype ``str(array.dtype)`` wrote as ``name`` (bfloat16 & co.: ml_dtypes'), or None."""
+    import numpy as np
+
+    found = getattr(sys.modules.get("ml_dtypes"), name, None) if name.isidentifier() else None
+    with contextlib.suppress(TypeError, ValueError, OverflowError):
+        dtype = np.dtype(found if isinstance(found, type) else name)
+        return dtype if dtype.name == name and dtype.kind in "biufcV" else None
+    return None
+
+
+def _is_spec(spec: object) -> bool:
+    ok = isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], list) and all(map(_whole, spec[0]))
+    return ok and isinstance(spec[1], str) and _dtype(spec[1]) is not None  # type: ignore[index]
+
+
+def _manifest_problem(manifest: object, step: int | None) -> str | None:
+    """What is wrong with a parsed manifest (types included), or None."""
+    if not isinstance(manifest, dict):
+        return f"holds a JSON {type(manifest).__name__}, not an object"
+    m, entry, objects = manifest, manifest.get("files"), manifest.get("objects", {})
+    entry = entry.get(STATE) if isinstance(entry, dict) else None
+    sha, size = (entry.get("sha256"), entry.get("bytes")) if isinstance(entry, dict) else (None, None)
+    entry_ok = _whole(size) and isinstance(sha, str) and re.fullmatch("[0-9a-f]{64}", sha)
+    checks = {
+        f"format {m.get('format')!r:.40}, expected {FORMAT}": m.get("format") == FORMAT and _whole(m["format"]),
+        f"step {m.get('step')!r:.40} is not {step} as in its name": _whole(m.get("step")) and step in (None, m["step"]),
+        f"files.{STATE} is {entry!r:.60}, not {{'bytes': N, 'sha256': HEX}}": entry_ok,
+        f"extra is {m.get('extra')!r:.40}, not a JSON object": isinstance(m.get("extra", {}), dict),
+        f"objects is {objects!r:.60}, not {{name: [[shape, dtype], ...]}}": isinstance(objects, dict)
+        and all(isinstance(v, list) and all(map(_is_spec, v)) for v in objects.values()),
+    }
+    return next((problem for problem, ok in checks.items() if not ok), None)
+
+
+def _why(exc: OSError, path: Path) -> str:  # O_NOFOLLOW | O_DIRECTORY on a link fails with ENOTDIR
+    return "a symbolic link, never followed" if exc.errno == errno.ELOOP or path.is_symlink() else str(exc.strerror)
+
+
+def _read_regular(dir_fd: int, name: str, where: Path, size: int | None, limit: int) -> bytes:
+    """Regular file ``name``: exactly ``size`` bytes and at most ``limit``; anything else is refused unread."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        raise CheckpointError(f"{where} is unreadable ({_why(exc, where)})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CheckpointError(f"{where} is {_KINDS.get(stat.S_IFMT(info.st_mode), 'no regular file')}; refused")
+        expected = min(info.st_size if size is None else size, limit)
+        if info.st_size != expected:
+            what = "is truncated:" if info.st_size < expected else "is too long:"
+            raise CheckpointError(f"{where} {what} {info.st_size} of {expected} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(info.st_size)  # if it shrank meanwhile, its checksum or JSON fails
+    finally:
+        os.close(fd)
+
+
+def _load_arrays(state: bytes, where: Path, declared: dict[str, tuple[list[int], str]]) -> dict[str, Any]:
+    """The arrays of ``state.npz``, each header checked before its array is allocated."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(state)) as archive:
+            infos = archive.infolist()
+            names = [info.filename.removesuffix(".npy") for info in infos]
+            if len(set(names)) != len(names) or (declared and set(names) != set(declared)):
+                missing = [f"no array {n!r} but " for n in sorted(set(declared) - set(names))[:1]]
+                raise CheckpointError(f"has {''.join(missing)}{len(names)} arrays; its manifest lists {len(declared)}")
+            room = len(state) - sum(i.file_size for i in infos)  # < 0: members overlap (a zip bomb)
+            return {n: _read_member(archive, i, room, declared) for n, i in zip(names, infos, strict=True)}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError, NotImplementedError) as exc:
+        raise CheckpointError(f"{where} is not a valid npz archive ({exc})") from None
+    except CheckpointError as exc:
+        raise CheckpointError(f"{where} {exc}") from None
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, room: int, declared: dict[str, Any]) -> Any:
+    """One array, its header checked against its size, declared shape and dtype before the data is read.
+
+    np.save writes ml_dtypes' types (bfloat16, ...) as plain void of their size: viewed as the declared type.
+    """
+    from numpy.lib import format as fmt
+
+    name, spec = info.filename.removesuffix(".npy"), declared.get(info.filename.removesuffix(".npy"))
+    if not info.filename.endswith(".npy") or info.compress_type != zipfile.ZIP_STORED or room < 0:
+        raise CheckpointError(f"holds {info.filename!r:.80}, not an uncompressed .npy array within the file")
+    with archive.open(info) as member:
+        read_header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}.get(fmt.read_magic(member))
+        if read_header is None:
+            raise CheckpointError(f"holds array {name!r} in an unknown npy format version")
+        shape, _, dtype = read_header(member)
+        data, held = math.prod(shape) * dtype.itemsize, info.file_size - member.tell()
+    if dtype.hasobject or data != held:
+        raise CheckpointError(f"holds array {name!r} whose header announces {data} bytes of {dtype}, not {held}")
+    want = _dtype(spec[1]) if spec else None
+    void = want is not None and dtype.kind == want.kind == "V" and dtype.itemsize == want.itemsize
+    if spec and (list(shape) != spec[0] or (dtype != want and not void)):
+        raise CheckpointError(f"holds array {name!r} as {dtype} {shape}, its manifest says {spec[1]} {tuple(spec[0])}")
+    with archive.open(info) as member:
+        array = fmt.read_array(member, allow_pickle=False)
+    return array.view(want) if void else array
 
 
 class CheckpointManager:
@@ -157,6 +300,8 @@ class CheckpointManager:
     Args:
         directory: where ``ckpt-<step>`` directories go (only rank 0 needs it).
         keep: how many of the newest checkpoints to keep (older ones are deleted).
+        check_extra: on restore, what is wrong with a candidate's ``extra`` (None: nothing); a
+            checkpoint with a fault is skipped as damaged.
 
     Example::
 
@@ -165,11 +310,12 @@ class CheckpointManager:
         mgr.save(step, model=model, optimizer=opt)
     """
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 3) -> None:
+    def __init__(self, directory: str | os.PathLike[str], keep: int = 3, check_extra: ExtraCheck | None = None) -> None:
         if keep < 1:
             raise CheckpointError(f"keep={keep}: keep at least 1 checkpoint")
         self.directory = Path(directory)
         self.keep = keep
+        self.check_extra = check_extra
         #: The ``extra`` dict of the checkpoint last restored (empty if none).
         self.restored_extra: dict[str, Any] = {}
 
@@ -207,15 +353,17 @@ class CheckpointManager:
 
         ctx = runtime.init()
         variables = {name: variables_of(obj) for name, obj in objects.items()}
-        found = latest_valid(self.directory) if ctx.is_chief else None
-        header = ""
-        if found is not None:
-            manifest, arrays = found
+        header, arrays = "", {}
+        if ctx.is_chief:
+            model = {n: [[[*map(int, v.shape)], tf.as_dtype(v.dtype).name] for v in vs] for n, vs in variables.items()}
             try:
-                _check_shapes(manifest, arrays, variables)
-                header = json.dumps({"step": manifest["step"], "extra": manifest.get("extra", {})})
+                found = latest_valid(self.directory, model, self.check_extra)
             except CheckpointError as exc:
-                header = json.dumps({"error": str(exc)})  # every rank raises it, none waits forever
+                found, header = None, json.dumps({"error": str(exc)})  # every rank raises it, none waits forever
+            if found is not None:
+                header, arrays = json.dumps({"step": found[0]["step"], "extra": found[0]["extra"]}), found[1]
+            elif not header and checkpoints(self.directory):
+                _warn(f"no usable checkpoint in {self.directory}; starting from step 0")
         if ctx.size > 1:
             header = _broadcast_text(header)
         if not header:
@@ -235,19 +383,6 @@ class CheckpointManager:
             var.assign(value)
         self.restored_extra = info["extra"]
         return int(info["step"])
-
-
-def _check_shapes(manifest: dict[str, Any], arrays: dict[str, Any], variables: dict[str, list[Any]]) -> None:
-    for name, vs in variables.items():
-        saved = manifest.get("objects", {}).get(name)
-        if saved is None:
-            raise CheckpointError(f"checkpoint step {manifest['step']} has no {name!r}; it has {list(arrays)[:3]}...")
-        now = [list(v.shape) for v in vs]
-        if [s for s, _ in saved] != now:
-            raise CheckpointError(
-                f"checkpoint step {manifest['step']}: {name!r} has {len(saved)} variables of other shapes than now "
-                f"({len(now)}); the model changed: use a new checkpoint directory"
-            )
 
 
 def _broadcast_text(text: str) -> str:

@@ -101,7 +101,8 @@ def test_manager_round_trip_keeps_the_last_n_and_refuses_other_shapes(tmp_path: 
     a.assign([0.0, 0.0])
     assert mgr.restore(model=[a], counter=b) == 30
     assert a.numpy().tolist() == [30.0, 31.0] and mgr.restored_extra == {"epoch": 3}
-    with pytest.raises(CheckpointError, match="model changed"):
+    # Every checkpoint is sound but of another model: an error (starting afresh would mix two runs).
+    with pytest.raises(CheckpointError, match="model changed"), pytest.warns(UserWarning, match="does not fit"):
         mgr.restore(model=[tf.Variable([1.0, 2.0, 3.0])], counter=b)
     assert CheckpointManager(tmp_path / "empty").restore(model=[a]) == 0
 
@@ -234,3 +235,27 @@ def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path
     final = [np.load(tmp_path / "cut" / f"final-rank{r}.npy") for r in (0, 1)]
     assert np.array_equal(final[0], final[1])
     assert _rel(final[0], np.load(tmp_path / "whole" / "final-rank0.npy")) <= 1e-6
+
+
+@pytest.mark.slow
+def test_custom_loop_resumes_from_the_previous_checkpoint_when_the_newest_is_hostile(tmp_path: Path) -> None:
+    loop = str(WORKERS / "custom_loop.py")
+
+    def run(*extra: str) -> Any:
+        argv = ["run", "-n", "2", "--communication", "ring", "--", PY, loop, str(tmp_path), *extra]
+        return mldist(argv, timeout=180)
+
+    check(run("12"), 75)  # saves at steps 5, 10 and 12; keep=2 leaves 10 and 12
+    assert [s for s, _ in checkpoints(tmp_path / "ckpt")] == [10, 12]
+    # Between the runs step 12 is rewritten with a valid checksum but a 'params' array of another shape
+    # than its manifest (and the model) says: restore used to assign it and die with a ValueError.
+    newest = tmp_path / "ckpt" / "ckpt-0000000012"
+    manifest = json.loads((newest / MANIFEST).read_text())
+    with np.load(newest / STATE, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files} | {"params.0": np.zeros((5, 1), np.float32)}
+    write_checkpoint(tmp_path / "ckpt", 12, arrays, {k: v for k, v in manifest.items() if k != "files"})
+    r = check(run())
+    assert f"skipping damaged checkpoint: {newest / STATE} holds array 'params.0' as float32 (5, 1)" in r.stderr
+    assert "[0] rank 0 starts at step 10" in r.stdout and "[1] rank 1 starts at step 10" in r.stdout
+    final = [np.load(tmp_path / f"final-rank{rank}.npy") for rank in (0, 1)]
+    assert np.array_equal(final[0], final[1])

@@ -26,6 +26,32 @@ def _say(message: str) -> None:
         print(f"mldist: {message}", file=sys.stderr, flush=True)
 
 
+def _whole(value: object, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _extra_problem(extra: dict[str, Any]) -> str | None:
+    """What is wrong with a checkpoint's ``extra`` for :class:`Checkpoint`, or None (a fault skips it as damaged).
+
+    Example:
+        >>> _extra_problem({"epoch": "2"})
+        "extra.epoch is '2', not a usable value"
+    """
+    positions, stream = extra.get("positions", []), extra.get("train_stream", -1)
+    exact = _whole(stream)  # then the exact-resume fields are used
+    position, steps, size = extra.get("train_position"), extra.get("steps_per_epoch"), extra.get("size")
+    checks = {
+        "epoch": _whole(extra.get("epoch")),
+        "positions": isinstance(positions, list) and all(map(_whole, positions)),
+        "train_stream": _whole(stream, -1),
+        "train_position": _whole(position) or (position is None and not exact),
+        "steps_per_epoch": _whole(steps, 1) or (steps is None and not exact),
+        "size": size is None or _whole(size, 1),
+    }
+    bad = [key for key, ok in checks.items() if not ok]
+    return f"extra.{bad[0]} is {extra.get(bad[0])!r:.40}, not a usable value" if bad else None
+
+
 class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
     """Save weights, optimizer state, epoch, step and data position; resume from the newest valid one.
 
@@ -73,7 +99,7 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
             raise ConfigError(f"check_every={check_every} must be at least 1")
         if final_model is not None and not final_model.endswith(".keras"):
             raise ConfigError(f"final_model={final_model!r} must end in .keras")
-        self.manager = CheckpointManager(directory, keep=keep)
+        self.manager = CheckpointManager(directory, keep=keep, check_extra=_extra_problem)
         self.save_freq = save_freq
         self.final_model = final_model
         self.check_every = check_every

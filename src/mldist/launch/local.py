@@ -9,7 +9,7 @@ signalled and nothing is left behind.
 Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
     >>> sorted(worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1"))[:3]
-    ['MLDIST_COMMUNICATION', 'MLDIST_LOCAL_RANK', 'MLDIST_LOCAL_SIZE']
+    ['MLDIST_COMMUNICATION', 'MLDIST_LAUNCHER_PID', 'MLDIST_LOCAL_RANK']
 """
 
 from __future__ import annotations
