@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..launch.batch.records import cancel, follow, job_status, list_records, load_record, submit
+from ..launch.batch.records import cancel, job_status, list_records, load_record, submit
 from ..launch.batch.render import render
 from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
 from ..launch.batch.sites import site_profile
@@ -122,10 +122,14 @@ def _add_follow_up(sub: Any) -> None:
     c = add_command(sub, "cancel", "cancel a job", "example:\n  mldist cancel 4242")
     c.add_argument("job", type=_job_id, help="job id")
     lg = add_command(
-        sub, "logs", "print a job's batch log or one rank's log", "example:\n  mldist logs 4242 --rank 1 --follow"
+        sub,
+        "logs",
+        "print a job's logs: the batch log, then every rank's lines prefixed [R]",
+        "example:\n  mldist logs 4242            # the whole job\n  mldist logs 4242 --follow   # as it runs"
+        "\n  mldist logs 4242 --rank 1   # one rank",
     )
     lg.add_argument("job", type=_job_id, help="job id")
-    lg.add_argument("--rank", type=count(0), help="this rank's log instead of the batch log")
+    lg.add_argument("--rank", type=count(0), help="only this rank's log")
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
 
 
@@ -206,10 +210,15 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
+    from ..launch.batch.joblogs import follow_logs, log_sources, print_logs
+
     record = load_record(args.job)
     if args.rank is not None and record.tasks and args.rank >= record.tasks:
         raise ConfigError(f"--rank {args.rank}: job {args.job} has ranks 0-{record.tasks - 1}")
-    path = record.log_path(args.rank)
+
+    def sources() -> list[tuple[Path, str]]:
+        return log_sources(Path(record.output_dir), record.log_path(None), args.rank)
+
     if args.follow:
 
         def finished() -> bool:
@@ -218,10 +227,9 @@ def _cmd_logs(args: argparse.Namespace) -> int:
             except ConfigError:
                 return True
 
-        follow(path, finished)
+        follow_logs(sources, finished)
         return 0
-    if not path.exists():
-        what = f"rank {args.rank}" if args.rank is not None else "the batch script"
-        raise ConfigError(f"no log yet for {what} of job {args.job} ({path}); it may still be pending")
-    sys.stdout.write(path.read_text(encoding="utf-8", errors="replace"))
+    if not print_logs(sources()):
+        what = f"rank {args.rank}" if args.rank is not None else "the batch script or any rank"
+        raise ConfigError(f"no log yet for {what} of job {args.job} ({record.output_dir}); it may still be pending")
     return 0

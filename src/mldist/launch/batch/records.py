@@ -23,10 +23,9 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from ...errors import ConfigError, LaunchError
 from ...files import atomic_write, current_umask
@@ -175,30 +174,3 @@ def cancel(record: JobRecord) -> None:
     res = run_command(argv)
     if res.returncode != 0:
         raise LaunchError(f"{argv[0]} {record.job_id} failed: {_last_line(res.stderr or res.stdout)}")
-
-
-def follow(
-    path: Path,
-    finished: Callable[[], bool],
-    out: IO[str] = sys.stdout,
-    poll: float = 0.5,
-    check_every: float = 2.0,
-) -> None:
-    """Print ``path`` as it grows until ``finished()`` and no more text arrives."""
-    position, last_check, done = 0, 0.0, False
-    while True:
-        if path.exists():
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                fh.seek(position)
-                chunk = fh.read()
-                position = fh.tell()
-            if chunk:
-                out.write(chunk)
-                out.flush()
-                continue
-        if done:
-            return
-        now = time.monotonic()
-        if now - last_check >= check_every:
-            done, last_check = finished(), now
-        time.sleep(poll)

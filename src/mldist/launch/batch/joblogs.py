@@ -1,0 +1,108 @@
+"""A job's logs the way ``mldist run`` shows them: the batch log, then every rank's lines prefixed ``[R]``.
+
+Example::
+
+    sources = lambda: log_sources(Path(record.output_dir), record.log_path())
+    print_logs(sources())                       # mldist logs JOB
+    follow_logs(sources, lambda: job_done())    # mldist logs JOB --follow
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+_RANK_LOG = re.compile(r"rank-([0-9]{1,7})\.log")
+
+#: (file, prefix for each of its lines)
+Source = tuple[Path, str]
+
+
+def log_sources(job_dir: Path, batch_log: Path, rank: int | None = None) -> list[Source]:
+    """The batch log and every ``rank-R.log`` of ``job_dir`` in rank order, or rank ``rank``'s log alone.
+
+    Example:
+        >>> log_sources(Path("/nonexistent"), Path("/nonexistent/job.out"))
+        [(PosixPath('/nonexistent/job.out'), '')]
+    """
+    if rank is not None:
+        return [(job_dir / f"rank-{rank}.log", "")]
+    ranks = []
+    if job_dir.is_dir():
+        for path in job_dir.iterdir():
+            match = _RANK_LOG.fullmatch(path.name)
+            if match:
+                ranks.append((int(match.group(1)), path))
+    return [(batch_log, ""), *((p, f"[{r}] ") for r, p in sorted(ranks))]
+
+
+def _prefixed(text: str, prefix: str) -> str:
+    return "".join(prefix + line for line in text.splitlines(keepends=True))
+
+
+def print_logs(sources: list[Source], out: IO[str] = sys.stdout) -> int:
+    """Print each existing source's lines with its prefix; how many sources existed."""
+    found = 0
+    for path, prefix in sources:
+        if path.is_file():
+            found += 1
+            out.write(_prefixed(path.read_text(encoding="utf-8", errors="replace"), prefix))
+    out.flush()
+    return found
+
+
+class _Tail:
+    """Complete new lines of one file since the last call."""
+
+    def __init__(self) -> None:
+        self.position, self.partial = 0, ""
+
+    def read(self, path: Path, final: bool) -> str:
+        if path.is_file():
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(self.position)
+                self.partial += fh.read()
+                self.position = fh.tell()
+        if final:  # the job is over: a last line without a newline is printed too
+            text, self.partial = self.partial, ""
+            return text
+        head, newline, rest = self.partial.rpartition("\n")
+        if not newline:
+            return ""
+        self.partial = rest
+        return head + newline
+
+
+def follow_logs(
+    sources: Callable[[], list[Source]],
+    finished: Callable[[], bool],
+    out: IO[str] = sys.stdout,
+    poll: float = 0.5,
+    check_every: float = 2.0,
+) -> None:
+    """Print every source's new lines (prefixed) as they arrive, until ``finished()`` and all is read.
+
+    ``sources`` is called each round: ranks' logs that appear later are picked up.
+    """
+    tails: dict[Path, _Tail] = {}
+    last_check, done = 0.0, False
+    while True:
+        wrote = False
+        for path, prefix in sources():
+            text = tails.setdefault(path, _Tail()).read(path, done)
+            if text:
+                out.write(_prefixed(text, prefix))
+                wrote = True
+        out.flush()
+        if done and not wrote:
+            return
+        now = time.monotonic()
+        if not done and now - last_check >= check_every:
+            done, last_check = finished(), now
+            continue
+        if not wrote:
+            time.sleep(poll)
