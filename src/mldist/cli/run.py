@@ -92,6 +92,7 @@ def register(sub: Any) -> dict[str, Handler]:
         help="TensorFlow's engines: 'private' runs the workers in their own network namespace (unreachable "
         "from elsewhere, no other network), 'host' on this host's; auto: private where allowed",
     )
+    run.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's start-up notices of every rank")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the worker command")
     env = add_command(
         sub,
@@ -166,6 +167,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         max_restarts=args.max_restarts,
         communication=engine,
         network=args.network,
+        verbose=args.verbose,
     )
     return run(cfg)
 

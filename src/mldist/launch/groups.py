@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,13 +45,27 @@ class Worker(Protocol):
         """None while running; else the exit code (negative: killed by that signal)."""
 
 
-def pump(source: Callable[[], IO[bytes]], prefix: bytes, out: IO[bytes], lock: threading.Lock) -> None:
+#: TensorFlow's start-up notices, printed by every rank (some twice): shown only with ``--verbose``.
+STARTUP_NOISE = re.compile(
+    rb"oneDNN custom operations are on|All log messages before absl::InitializeLog\(\) is called"
+    rb"|cpu_feature_guard\.cc|To enable the following instructions:|rebuild TensorFlow with the appropriate"
+    rb"|Unable to register cu(DNN|FFT|BLAS) factory|computation placer already registered"
+    rb"|oneDNN supports DT_HALF only|TF-TRT Warning|Could not find cuda drivers|port\.cc:\d+\] oneDNN"
+)
+
+
+def pump(
+    source: Callable[[], IO[bytes]], prefix: bytes, out: IO[bytes], lock: threading.Lock, verbose: bool = True
+) -> None:
     """Copy lines from ``source()`` to ``out`` with ``prefix``, whole lines at a time.
 
     ``source`` is called in the pump's own thread: opening a FIFO blocks until its writer opens it.
+    Without ``verbose``, TensorFlow's start-up notices (:data:`STARTUP_NOISE`) are left out.
     """
     stream = source()
     for line in iter(stream.readline, b""):
+        if not verbose and STARTUP_NOISE.search(line):
+            continue
         with lock:
             out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
             out.flush()
@@ -85,7 +100,7 @@ class Group(ABC):
         """Relay a worker's stdout and stderr, each line prefixed ``[rank]``."""
         prefix = f"[{rank}] ".encode()
         for src, dst in ((stdout, sys.stdout.buffer), (stderr, sys.stderr.buffer)):
-            t = threading.Thread(target=pump, args=(src, prefix, dst, self.lock), daemon=True)
+            t = threading.Thread(target=pump, args=(src, prefix, dst, self.lock, self.cfg.verbose), daemon=True)
             t.start()
             self.pumps.append(t)
 

@@ -55,6 +55,7 @@ class RunConfig:
         network: for workers started directly (TensorFlow's engines): "private" runs them in
             a network namespace of their own, "host" on this host's network, "auto" private
             where the platform allows it.
+        verbose: show TensorFlow's start-up notices too (hidden by default: every rank repeats them).
     """
 
     nprocs: int
@@ -66,6 +67,7 @@ class RunConfig:
     max_restarts: int = 0
     communication: str = "auto"
     network: str = "auto"
+    verbose: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
