@@ -81,7 +81,7 @@ def check_worker_network(env: Mapping[str, str]) -> Check:
 
 
 def check_mpi(env: Mapping[str, str]) -> Check:
-    """Whether the MPI engine (no TensorFlow server) is available."""
+    """Whether the MPI engine (no TensorFlow server) is available, and agrees with the launcher."""
     try:
         import mpi4py  # noqa: F401
     except ImportError:
@@ -91,16 +91,40 @@ def check_mpi(env: Mapping[str, str]) -> Check:
             "mpi4py is not installed: CPU workers fall back to TensorFlow's RING engine",
             "pip install 'mldist[cpu]' (or build mpi4py against the site's MPI)",
         )
-    return Check("MPI engine", "ok", "mpi4py is importable")
+    from ..runtime.engine import MpiWorld, probe_mpi
+
+    world = probe_mpi(env)
+    if world is None:
+        return Check("MPI engine", "ok", "mpi4py is importable")
+    if not isinstance(world, MpiWorld):
+        return Check("MPI engine", "fail", world, "fix the MPI installation, or set MLDIST_COMMUNICATION=ring")
+    try:
+        size = detect(env).size
+    except MldistError as exc:
+        return Check("MPI engine", "warn", f"cannot tell the launcher's size ({exc})")
+    if world.size != size:
+        return Check(
+            "MPI engine",
+            "warn",
+            f"mpi4py sees a world of {world.size} but the launcher started {size} tasks: RING will be used",
+            "build mpi4py against the launcher's MPI (or srun --mpi=pmix with a PMIx-enabled MPI)",
+        )
+    return Check("MPI engine", "ok", f"mpi4py's world ({world.size}) matches the launcher ({world.library})")
 
 
-#: The checks, in the order they are shown.
-CHECKS: tuple[Callable[[Mapping[str, str]], Check], ...] = (check_mpi, check_worker_network)
+def _as_list(outcome: Check | list[tuple[str, str, str, str]]) -> list[Check]:
+    return [outcome] if isinstance(outcome, Check) else [Check(*t) for t in outcome]
+
+
+def _checks() -> tuple[Callable[[Mapping[str, str]], Check | list[tuple[str, str, str, str]]], ...]:
+    from .checks import check_cpu_and_tensorflow, check_files, check_proxies
+
+    return (check_cpu_and_tensorflow, check_mpi, check_worker_network, check_proxies, check_files)
 
 
 def run_checks(env: Mapping[str, str]) -> list[Check]:
-    """Every check's outcome."""
-    return [check(env) for check in CHECKS]
+    """Every check's outcome, in the order they are shown."""
+    return [c for check in _checks() for c in _as_list(check(env))]
 
 
 def exit_code(results: list[Check]) -> int:
