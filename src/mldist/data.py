@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import runtime
+from .datasets import load as load  # mldist.data.load("mnist"): what `mldist data fetch` cached
 from .errors import ConfigError
 from .runtime import allreduce
 
