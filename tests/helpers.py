@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
     threads = ("OMP_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY")
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in threads}
+    # Default run directories of `mldist run` go to a scratch folder, not into the checkout.
+    env["MLDIST_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / "mldist-test-runs")
     env.update(extra)
     return env
 

@@ -22,13 +22,16 @@ RUN_EXAMPLE = """\
 example:
   mldist run -n 2 -- python train.py --epochs 5
   mldist run -n 4 --log-dir logs/ python train.py
+  mldist run -n 2 --run-dir runs/try1 -- python train.py   # then: mldist tensorboard runs/try1
   mldist run -n 2 --max-restarts 3 python train.py   # resumes from mldist.keras.Checkpoint
   mldist run -np 2 -H localhost:2 python train.py     # horovodrun's flags work too
 
 Each worker gets MLDIST_RANK, MLDIST_SIZE, MLDIST_LOCAL_RANK, MLDIST_LOCAL_SIZE
 and MLDIST_WORKERS; mldist.init() reads them. If one worker fails the others
 are stopped and the exit code is that worker's (128+N for signal N); exit
-code 75 means the workers saved a checkpoint and ask to be started again."""
+code 75 means the workers saved a checkpoint and ask to be started again.
+Every run leaves a run directory (MLDIST_RUN_DIR for the workers): config.json,
+rank-R.log, the metrics of mldist.keras.RunLog and summary.json at the end."""
 
 ENV_EXAMPLE = """\
 example:
@@ -46,6 +49,26 @@ def _add_horovodrun_flags(run: Any) -> None:
     engine.add_argument("--mpi", action="store_true", help="horovodrun's flag: the MPI engine")
 
 
+def _add_output_flags(run: Any) -> None:
+    """--log-dir, the run directory's --run-dir / --no-run-dir, --verbose and --profile-steps."""
+    run.add_argument("--log-dir", help="write one rank-R.log per worker here instead of prefixed output")
+    where = run.add_mutually_exclusive_group()
+    where.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="keep config.json, rank-R.log, metrics and summary.json here (default runs/<script>-<time>)",
+    )
+    where.add_argument("--no-run-dir", action="store_true", help="write no run directory")
+    run.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's start-up notices of every rank")
+    run.add_argument(
+        "--profile-steps",
+        type=_step_range,
+        default=os.environ.get("MLDIST_PROFILE_STEPS") or None,
+        metavar="A:B",
+        help="record a timeline of train steps A..B on every rank: trace/rank-R and trace/merged.trace.json.gz",
+    )
+
+
 def register(sub: Any) -> dict[str, Handler]:
     """Add ``run`` and ``env`` to the subcommands; their handlers by name."""
     run = add_command(
@@ -57,7 +80,7 @@ def register(sub: Any) -> dict[str, Handler]:
     )
     run.add_argument("-n", "-np", "--nprocs", type=count(1, 4096), help="number of workers (-np as in horovodrun)")
     _add_horovodrun_flags(run)
-    run.add_argument("--log-dir", help="write one rank-R.log per worker here instead of prefixed output")
+    _add_output_flags(run)
     run.add_argument(
         "--grace",
         type=seconds,
@@ -92,7 +115,6 @@ def register(sub: Any) -> dict[str, Handler]:
         help="TensorFlow's engines: 'private' runs the workers in their own network namespace (unreachable "
         "from elsewhere, no other network), 'host' on this host's; auto: private where allowed",
     )
-    run.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's start-up notices of every rank")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the worker command")
     env = add_command(
         sub,
@@ -107,6 +129,17 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 _HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
+
+
+_STEP_RANGE = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
+
+
+def _step_range(text: str) -> str:
+    """``A:B`` with A <= B (train steps counted from 0)."""
+    match = _STEP_RANGE.fullmatch(text)
+    if not match or int(match.group(1)) > int(match.group(2)):
+        raise argparse.ArgumentTypeError(f"{text!r}: write FIRST:LAST with FIRST <= LAST, e.g. 10:12")
+    return text
 
 
 def local_slots(hosts: str, local_names: Collection[str]) -> int:
@@ -155,11 +188,13 @@ def _nprocs_and_engine(args: argparse.Namespace) -> tuple[int, str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from ..launch.local import RunConfig, run
+    from ..launch.rundir import default_run_dir
 
     nprocs, engine = _nprocs_and_engine(args)
+    command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
     cfg = RunConfig(
         nprocs=nprocs,
-        command=tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py")),
+        command=command,
         log_dir=args.log_dir,
         grace=args.grace,
         failure_grace=args.failure_grace,
@@ -168,6 +203,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         communication=engine,
         network=args.network,
         verbose=args.verbose,
+        profile_steps=args.profile_steps,
+        run_dir=None if args.no_run_dir else args.run_dir or str(default_run_dir(command)),
     )
     return run(cfg)
 

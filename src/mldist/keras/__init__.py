@@ -21,6 +21,8 @@ from .callbacks import (
 )
 from .checkpoint import Checkpoint
 from .optimizer import DistributedOptimizer
+from .profile import ProfileSteps
+from .runlog import RunLog
 
 __all__ = [
     "AverageMetrics",
@@ -28,6 +30,8 @@ __all__ = [
     "Checkpoint",
     "DistributedOptimizer",
     "LearningRateWarmup",
+    "ProfileSteps",
+    "RunLog",
     "average_gradients",
     "default_callbacks",
     "scale_lr",

@@ -190,4 +190,8 @@ def default_callbacks(root: int = 0) -> list[keras.callbacks.Callback]:
 
         model.fit(ds, callbacks=[*mldist.keras.default_callbacks(), my_callback])
     """
-    return [BroadcastInitialState(root), AverageMetrics()]
+    from .profile import ProfileSteps
+    from .runlog import RunLog
+
+    # RunLog after AverageMetrics: it logs the averaged metrics.
+    return [BroadcastInitialState(root), AverageMetrics(), RunLog(), ProfileSteps()]

@@ -55,12 +55,18 @@ STARTUP_NOISE = re.compile(
 
 
 def pump(
-    source: Callable[[], IO[bytes]], prefix: bytes, out: IO[bytes], lock: threading.Lock, verbose: bool = True
+    source: Callable[[], IO[bytes]],
+    prefix: bytes,
+    out: IO[bytes],
+    lock: threading.Lock,
+    verbose: bool = True,
+    tee: IO[bytes] | None = None,
 ) -> None:
     """Copy lines from ``source()`` to ``out`` with ``prefix``, whole lines at a time.
 
     ``source`` is called in the pump's own thread: opening a FIFO blocks until its writer opens it.
     Without ``verbose``, TensorFlow's start-up notices (:data:`STARTUP_NOISE`) are left out.
+    ``tee`` (the run directory's ``rank-R.log``) gets every line too, without the prefix.
     """
     stream = source()
     for line in iter(stream.readline, b""):
@@ -69,6 +75,10 @@ def pump(
         with lock:
             out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
             out.flush()
+            if tee is not None:
+                with contextlib.suppress(ValueError):  # closed by finish() while a straggler still writes
+                    tee.write(line if line.endswith(b"\n") else line + b"\n")
+                    tee.flush()
     stream.close()
 
 
@@ -99,8 +109,13 @@ class Group(ABC):
     def add_pumps(self, rank: int, stdout: Callable[[], IO[bytes]], stderr: Callable[[], IO[bytes]]) -> None:
         """Relay a worker's stdout and stderr, each line prefixed ``[rank]``."""
         prefix = f"[{rank}] ".encode()
+        tee = None
+        if self.cfg.run_dir:  # the run directory's copy, unprefixed
+            tee = open(os.path.join(self.cfg.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
+            self.logs.append(tee)
         for src, dst in ((stdout, sys.stdout.buffer), (stderr, sys.stderr.buffer)):
-            t = threading.Thread(target=pump, args=(src, prefix, dst, self.lock, self.cfg.verbose), daemon=True)
+            args = (src, prefix, dst, self.lock, self.cfg.verbose, tee)
+            t = threading.Thread(target=pump, args=args, daemon=True)
             t.start()
             self.pumps.append(t)
 

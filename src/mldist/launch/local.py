@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ..errors import REQUEUE_CODE, ConfigError, LaunchError
 from .groups import DirectGroup, Group
+from .rundir import Record
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -56,6 +57,9 @@ class RunConfig:
             a network namespace of their own, "host" on this host's network, "auto" private
             where the platform allows it.
         verbose: show TensorFlow's start-up notices too (hidden by default: every rank repeats them).
+        profile_steps: "A:B" to record a timeline of those steps on every rank (``MLDIST_PROFILE_STEPS``).
+        run_dir: the run directory (config.json, rank-R.log, summary.json; ``MLDIST_RUN_DIR``
+            for the workers), or None for none; see :mod:`mldist.launch.rundir`.
     """
 
     nprocs: int
@@ -68,6 +72,8 @@ class RunConfig:
     communication: str = "auto"
     network: str = "auto"
     verbose: bool = False
+    profile_steps: str | None = None
+    run_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -163,7 +169,7 @@ def worker_env(
         restart: how many times the group was restarted (``MLDIST_RESTART``).
     """
     env = dict(base)
-    for stale in ("TF_CONFIG",):
+    for stale in ("TF_CONFIG", "MLDIST_RUN_DIR"):
         env.pop(stale, None)
     env.update(
         MLDIST_COMMUNICATION=cfg.communication,
@@ -177,6 +183,10 @@ def worker_env(
         MLDIST_RESTART=str(restart),
         MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
+    if cfg.profile_steps:
+        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
+    if cfg.run_dir:
+        env["MLDIST_RUN_DIR"] = os.path.abspath(cfg.run_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -224,6 +234,8 @@ def run(cfg: RunConfig) -> int:
     received: list[int] = []
     current: list[Group] = []
     kind = group_kind(cfg, os.environ)
+    record = Record(cfg, "mpiexec" if kind.__name__ == "MpiexecGroup" else "direct") if cfg.run_dir else None
+    code: int | None = None
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -254,6 +266,8 @@ def run(cfg: RunConfig) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        if record is not None:
+            record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received)
 
 
 def group_kind(cfg: RunConfig, env: Mapping[str, str]) -> type[Group]:

@@ -27,7 +27,15 @@ from ..errors import LaunchError
 from .groups import Group
 
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
-_STALE = ("TF_CONFIG", "MLDIST_RANK", "MLDIST_SIZE", "MLDIST_LOCAL_RANK", "MLDIST_LOCAL_SIZE", "MLDIST_WORKERS")
+_STALE = (
+    "TF_CONFIG",
+    "MLDIST_RANK",
+    "MLDIST_SIZE",
+    "MLDIST_LOCAL_RANK",
+    "MLDIST_LOCAL_SIZE",
+    "MLDIST_WORKERS",
+    "MLDIST_RUN_DIR",
+)
 
 
 def find_mpiexec(env: Mapping[str, str]) -> str | None:
@@ -139,6 +147,10 @@ class MpiexecGroup(Group):
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
         }
+        if cfg.profile_steps:
+            extra["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
+        if cfg.run_dir:
+            extra["MLDIST_RUN_DIR"] = os.path.abspath(cfg.run_dir)
         if sets := self.cpu_sets():
             extra["MLDIST_CPU_SETS"] = ";".join(",".join(map(str, s)) for s in sets)
         if cfg.log_dir:

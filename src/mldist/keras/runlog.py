@@ -1,0 +1,377 @@
+"""``RunLog``: every epoch's metrics in the run directory, as a table, a plot and TensorBoard events.
+
+Rank 0 writes, once per epoch:
+
+- ``metrics.csv`` and ``metrics.jsonl`` (appended and flushed: one row per epoch with the
+  epoch number from 1, Keras' metrics, ``epoch_seconds``, ``step_seconds`` and
+  ``samples_per_second`` of all workers, estimated as rank 0's rate times the workers,
+  since every rank runs the same steps in step);
+- ``metrics.png``, loss and the other metrics (training solid, validation dashed) over
+  the epochs so far (needs matplotlib; without it one warning and no plot);
+- TensorBoard events under ``tensorboard/train`` and ``tensorboard/validation``
+  (tags ``epoch_loss``, ``epoch_accuracy``, ...; see ``mldist tensorboard``).
+
+Every rank writes ``rank-R.metrics.json``: its own samples/s, step time and last metrics,
+which ``mldist run`` merges into ``summary.json`` at the end.
+
+Where: ``run_dir="auto"`` (the default) uses ``$MLDIST_RUN_DIR``, set by ``mldist run``
+for every rank; without it (``python train.py``, ``srun``, ``mpiexec``) rank 0 alone makes
+``runs/<script>-<YYYYmmdd-HHMMSS>`` and the other ranks write nothing. A path writes there
+on every rank; ``run_dir=None`` turns the callback off.
+
+Samples per second need the per-worker batch size: ``batch_size=`` if given, else the one
+of the data ``fit`` was given (Keras' data adapter; ``mldist.data.shard`` datasets have it),
+else only steps per second are reported.
+
+Example::
+
+    model.fit(ds, epochs=10, callbacks=mldist.keras.default_callbacks())   # RunLog included
+    model.fit(ds, epochs=10, callbacks=[mldist.keras.RunLog("runs/exp1", batch_size=64)])
+"""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import io
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from .. import runtime
+from ..files import atomic_write
+from ..launch.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
+
+#: ``run_dir`` value that follows ``$MLDIST_RUN_DIR`` (or makes a default directory on rank 0).
+AUTO = "auto"
+#: Row fields that are timings, not model metrics (kept out of the plot's metric panel).
+TIMINGS = ("epoch_seconds", "step_seconds", "samples_per_second")
+
+
+def resolve_run_dir(
+    run_dir: str | os.PathLike[str] | None, rank: int, env: Mapping[str, str], argv: Sequence[str]
+) -> Path | None:
+    """Where RunLog writes on ``rank``, or None for nowhere (see the module's description).
+
+    Example:
+        >>> resolve_run_dir("auto", 1, {"MLDIST_RUN_DIR": "/r/x"}, ["t.py"])
+        PosixPath('/r/x')
+        >>> resolve_run_dir("auto", 1, {}, ["t.py"]) is None, resolve_run_dir(None, 0, {}, ["t.py"])
+        (True, None)
+    """
+    if run_dir is None:
+        return None
+    if str(run_dir) != AUTO:
+        return Path(run_dir)
+    if env.get(RUN_DIR_ENV):
+        return Path(env[RUN_DIR_ENV])
+    return default_run_dir(argv) if rank == 0 else None
+
+
+def epoch_row(epoch: int, logs: Mapping[str, Any], timing: Mapping[str, float | None]) -> dict[str, Any]:
+    """One row of metrics.csv: the epoch (from 1), numeric metrics (training, then ``val_``), timings.
+
+    Example:
+        >>> epoch_row(0, {"val_loss": 0.4, "loss": 0.5, "accuracy": 0.9, "note": "x"}, {"epoch_seconds": 2.0})
+        {'epoch': 1, 'loss': 0.5, 'accuracy': 0.9, 'val_loss': 0.4, 'epoch_seconds': 2.0}
+    """
+    numbers = {k: float(v) for k, v in logs.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+    def order(key: str) -> tuple[bool, bool, str]:
+        base = key.removeprefix("val_")
+        return key.startswith("val_"), base != "loss", base
+
+    row: dict[str, Any] = {"epoch": epoch + 1}
+    row.update({k: numbers[k] for k in sorted(numbers, key=order)})
+    row.update({k: v for k, v in timing.items() if v is not None})
+    return row
+
+
+def speed(steps: int, seconds: float, batch_size: int | None) -> dict[str, float | None]:
+    """Step time, steps/s and samples/s of one worker over ``steps`` steps in ``seconds``.
+
+    Example:
+        >>> speed(10, 2.0, 32)
+        {'step_seconds': 0.2, 'steps_per_second': 5.0, 'samples_per_second': 160.0}
+    """
+    if steps < 1 or seconds <= 0:
+        return {"step_seconds": None, "steps_per_second": None, "samples_per_second": None}
+    rate = steps / seconds
+    return {
+        "step_seconds": round(seconds / steps, 6),
+        "steps_per_second": round(rate, 3),
+        "samples_per_second": round(rate * batch_size, 3) if batch_size else None,
+    }
+
+
+def fit_batch_size() -> int | None:
+    """The per-worker batch size of the running ``fit``, from Keras' data adapter; None if unknown.
+
+    Best effort: it looks for the ``epoch_iterator`` of Keras 3's ``fit`` up the call stack.
+    """
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            adapter = getattr(frame.f_locals.get("epoch_iterator"), "data_adapter", None)
+            try:
+                size = getattr(adapter, "batch_size", None)
+            except Exception:  # a data adapter that cannot tell
+                size = None
+            if isinstance(size, int) and size > 0:
+                return size
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
+
+
+def append_row(run_dir: Path, row: Mapping[str, Any]) -> None:
+    """Append ``row`` to metrics.jsonl and metrics.csv (its header from the first row ever written).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> append_row(d, {"epoch": 1, "loss": 0.5}); append_row(d, {"epoch": 2, "loss": 0.4, "new": 1.0})
+        >>> (d / "metrics.csv").read_text().splitlines()
+        ['epoch,loss', '1,0.5', '2,0.4']
+    """
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(dict(row)) + "\n")
+        fh.flush()
+    path = run_dir / "metrics.csv"
+    fields = list(row)
+    if path.exists() and path.stat().st_size:
+        with open(path, newline="", encoding="utf-8") as fh:
+            fields = next(csv.reader(fh), fields)
+    with open(path, "a", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fields, restval="", extrasaction="ignore")
+        if not path.stat().st_size:
+            writer.writeheader()
+        writer.writerow(row)
+        fh.flush()
+
+
+def read_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of an existing metrics.jsonl (a restarted run continues its plot); damaged lines skipped."""
+    rows = []
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("epoch"), int):
+            rows.append(row)
+    return rows
+
+
+def plot_png(rows: Sequence[Mapping[str, Any]], title: str) -> bytes:
+    """A PNG of loss (left) and the other metrics (right) over the epochs; validation dashed.
+
+    Uses matplotlib's Agg canvas directly: no pyplot, no change to the script's backend.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    last = {int(r["epoch"]): r for r in rows}  # a restarted epoch: its latest row
+    epochs = sorted(last)
+    keys = [k for k in dict.fromkeys(k for e in epochs for k in last[e]) if k != "epoch" and k not in TIMINGS]
+    train = [k for k in keys if not k.startswith("val_")]
+    panels = [[k for k in train if k.endswith("loss")], [k for k in train if not k.endswith("loss")]]
+    panels = [p for p in panels if p] or [[]]
+    marker = "o" if len(epochs) <= 40 else None  # dots while they stay apart
+    fig = Figure(figsize=(5.2 * len(panels), 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, names in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        for j, name in enumerate(names):
+            for k, (key, style, label) in enumerate(((name, "-", "train"), (f"val_{name}", "--", "validation"))):
+                points = [(e, last[e][key]) for e in epochs if isinstance(last[e].get(key), int | float)]
+                color = f"C{k}" if len(names) == 1 else f"C{j}"  # one metric: train blue, validation orange
+                if points:
+                    xs, ys = zip(*points, strict=True)
+                    ax.plot(xs, ys, style, marker=marker, markersize=4, color=color, label=f"{name} ({label})")
+        ax.set_title(", ".join(names) if 0 < len(names) <= 3 else "metrics")
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize="small")
+    fig.suptitle(title)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+class _Writers:
+    """TensorBoard writers of rank 0: ``tensorboard/train``, and ``tensorboard/validation`` once needed."""
+
+    def __init__(self, root: Path) -> None:
+        import tensorflow as tf
+
+        self.tf, self.root = tf, root
+        self.writers = {"train": tf.summary.create_file_writer(str(root / "train"))}
+
+    def _writer(self, split: str) -> Any:
+        if split not in self.writers:
+            self.writers[split] = self.tf.summary.create_file_writer(str(self.root / split))
+        return self.writers[split]
+
+    def scalars(self, epoch: int, row: Mapping[str, Any]) -> None:
+        """Write the numbers of ``row`` at step ``epoch`` (0-based, as Keras' TensorBoard callback)."""
+        for key, value in row.items():
+            if key == "epoch" or not isinstance(value, int | float):
+                continue
+            writer = self._writer("validation" if key.startswith("val_") else "train")
+            tag = f"throughput/{key}" if key in TIMINGS else f"epoch_{key.removeprefix('val_')}"
+            with writer.as_default():
+                self.tf.summary.scalar(tag, float(value), step=epoch)
+        for writer in self.writers.values():
+            writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the writers."""
+        for writer in self.writers.values():
+            writer.close()
+
+
+class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
+    """Write each epoch's metrics, a plot and TensorBoard events to the run directory.
+
+    Put it after ``AverageMetrics`` (``default_callbacks()`` does) so it logs the averages.
+    Writing problems (a full disk, no matplotlib) give one warning each; training goes on.
+
+    Args:
+        run_dir: "auto" (``$MLDIST_RUN_DIR``, else ``runs/<script>-<time>`` on rank 0 only),
+            a directory (every rank), or None (do nothing).
+        batch_size: per-worker batch size for samples/s; default: found from ``fit``'s data.
+        plot: draw metrics.png (rank 0).
+        tensorboard: write TensorBoard events (rank 0).
+
+    Example::
+
+        model.fit(ds, epochs=5, callbacks=[*mldist.keras.default_callbacks()])  # includes RunLog()
+        RunLog("runs/exp1", batch_size=64, plot=False)
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str] | None = AUTO,
+        *,
+        batch_size: int | None = None,
+        plot: bool = True,
+        tensorboard: bool = True,
+    ) -> None:
+        super().__init__()
+        self.run_dir, self.batch_size, self.plot, self.tensorboard = run_dir, batch_size, plot, tensorboard
+        self.path: Path | None = None
+        self.rows: list[dict[str, Any]] = []
+        self.warned: set[str] = set()
+        self._writers: _Writers | None = None
+        self._batch: int | None = None
+        self._t0 = self._t_train = 0.0
+        self._steps = 0
+
+    def _warn(self, what: str, exc: BaseException | str) -> None:
+        if what not in self.warned:
+            self.warned.add(what)
+            print(f"mldist.keras.RunLog: no {what} ({exc}); training goes on", file=sys.stderr, flush=True)
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        ctx = runtime.init()
+        self._rank, self._size, self._chief = ctx.rank, ctx.size, ctx.is_chief
+        found = resolve_run_dir(self.run_dir, ctx.rank, os.environ, sys.argv)
+        self.path = None
+        if found is None:
+            return
+        try:
+            self.path = prepare_run_dir(found, "RunLog run_dir").resolve()
+        except Exception as exc:
+            self._warn("run directory", exc)
+            return
+        self._batch = self.batch_size or fit_batch_size()
+        if not self._chief:
+            return
+        self.rows = read_rows(self.path)
+        if str(self.run_dir) == AUTO and not os.environ.get(RUN_DIR_ENV):
+            print(f"mldist.keras.RunLog: metrics, plot and TensorBoard events in {found}", flush=True)
+        if self.tensorboard and self._writers is None:
+            try:
+                self._writers = _Writers(self.path / "tensorboard")
+            except Exception as exc:
+                self._warn("TensorBoard events", exc)
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._t0 = self._t_train = time.perf_counter()
+        self._steps = 0
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._steps = batch + 1
+        self._t_train = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self.path is None:
+            return
+        seconds = time.perf_counter() - self._t0
+        mine = speed(self._steps, self._t_train - self._t0, self._batch)
+        report = {
+            "rank": self._rank,
+            "size": self._size,
+            "host": socket.gethostname(),
+            "epochs": epoch + 1,
+            "steps": self._steps,
+            "batch_size": self._batch,
+            "epoch_seconds": round(seconds, 3),
+            **mine,
+            "metrics": epoch_row(epoch, logs or {}, {}),
+            "updated": now_iso(),
+        }
+        try:
+            write_json(self.path / METRICS_FILE.format(rank=self._rank), report)
+        except OSError as exc:
+            self._warn(f"rank-{self._rank}.metrics.json", exc)
+        if self._chief:
+            rate = mine["samples_per_second"]
+            timing = {
+                "epoch_seconds": round(seconds, 3),
+                "step_seconds": mine["step_seconds"],
+                "samples_per_second": None if rate is None else round(rate * self._size, 3),
+            }
+            self._chief_outputs(epoch, epoch_row(epoch, logs or {}, timing))
+
+    def _chief_outputs(self, epoch: int, row: dict[str, Any]) -> None:
+        """Rank 0: the table rows, the plot and the TensorBoard scalars of one epoch."""
+        assert self.path is not None
+        self.rows.append(row)
+        try:
+            append_row(self.path, row)
+        except OSError as exc:
+            self._warn("metrics.csv/metrics.jsonl", exc)
+        if self.plot:
+            try:
+                atomic_write(self.path / "metrics.png", plot_png(self.rows, self.path.name))
+            except ImportError:
+                self._warn("metrics.png", "matplotlib is not installed: pip install matplotlib")
+            except Exception as exc:
+                self._warn("metrics.png", exc)
+        if self._writers is not None:
+            try:
+                self._writers.scalars(epoch, row)
+            except Exception as exc:
+                self._warn("TensorBoard events", exc)
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._writers is not None:
+            self._writers.close()
+            self._writers = None

