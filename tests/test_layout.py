@@ -19,7 +19,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("placement",),
     ("launch",),
     ("runtime",),
-    ("data", "checkpoint", "preempt", "keras", "horovod"),
+    ("data", "datasets", "checkpoint", "preempt", "keras", "horovod", "profiling"),
     ("tools", "observe"),
     ("cli", "__main__"),
 )

@@ -24,6 +24,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("run-n-fullwidth", ["run", "-n", "２", "--", "true"], "not a whole number"),
     ("run-n-huge", ["run", "-n", "99999", "--", "true"], "more than 4096"),
     ("run-restarts-huge", [*RUN, "--max-restarts", "5000", "--", "true"], "more than 1000"),
+    ("run-profile-steps-backwards", [*RUN, "--profile-steps", "5:2", "--", "true"], "FIRST <= LAST"),
     ("submit-nodes-huge", [*SUBMIT, "--nodes", "99999999999999999999999", "--", "true"], "not a whole number"),
     ("submit-nodes-over-bound", [*SUBMIT, "--nodes", "200000", "--", "true"], "more than 100000"),
     ("submit-time-31-digits", [*SUBMIT, "--time", "9" * 31, "--", "true"], "is not M, H:MM:SS"),

@@ -76,3 +76,17 @@ def never_convert(package: str) -> None:
 
     if not any(getattr(rule, "_prefix", None) == package for rule in config.CONVERSION_RULES):
         config.CONVERSION_RULES = (config.DoNotConvert(package), *config.CONVERSION_RULES)
+
+
+def read_xspace(path: Any) -> Any:
+    """A profile's XSpace (``*.xplane.pb``, what ``tf.profiler`` writes), parsed.
+
+    TensorFlow ships the message class but no public reader; TensorBoard's profile plugin,
+    the public converter, is a heavy extra dependency for reading one protobuf.
+    """
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(path, "rb") as fh:
+        space.ParseFromString(fh.read())
+    return space

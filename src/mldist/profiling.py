@@ -1,0 +1,167 @@
+"""Timelines: TensorFlow's profiler on every rank for chosen steps, merged into one Chrome trace.
+
+``mldist run --profile-steps A:B`` (or ``MLDIST_PROFILE_STEPS=A:B``) makes every
+rank record steps A to B (counted from 0) and write ``trace/rank-R.trace.json.gz``;
+rank 0 then writes ``trace/merged.trace.json.gz``: one process per rank ("rank R"),
+complete events (``ph: "X"``) that chrome://tracing and Perfetto open. The ranks'
+timelines are aligned on a barrier taken just before recording starts, so clock
+skew between nodes does not shift them. Collectives are named so that a search
+for "allreduce" (or "allgather", "broadcast") finds them on both engines.
+
+Keras ``fit`` gets this from ``mldist.keras.default_callbacks()``; a custom loop
+calls ``begin``/``end`` around its steps.
+
+Example::
+
+    profiler = StepProfiler.from_env()          # None unless MLDIST_PROFILE_STEPS is set
+    for step, batch in enumerate(ds):
+        if profiler: profiler.begin(step)
+        train_step(batch)
+        if profiler: profiler.end(step)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import runtime
+from .errors import ConfigError
+from .files import atomic_write
+
+_STEPS = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
+#: TensorFlow op types of its collectives, and the name a search should find them by.
+_COLLECTIVES = {"CollectiveReduce": "allreduce", "CollectiveGather": "allgather", "CollectiveBcast": "broadcast"}
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``A:B`` as (first, last) step, both included.
+
+    Example:
+        >>> parse_steps("10:12")
+        (10, 12)
+    """
+    match = _STEPS.fullmatch(text)
+    if not match or int(match.group(1)) > int(match.group(2)):
+        raise ConfigError(f"profile steps {text!r}: write FIRST:LAST with FIRST <= LAST, e.g. 10:12")
+    return int(match.group(1)), int(match.group(2))
+
+
+def trace_dir(env: Mapping[str, str]) -> Path:
+    """Where traces go: ``MLDIST_TRACE_DIR``, else the run directory's ``trace/``, else ``./trace``."""
+    if env.get("MLDIST_TRACE_DIR"):
+        return Path(env["MLDIST_TRACE_DIR"])
+    return Path(env.get("MLDIST_RUN_DIR") or ".") / "trace"
+
+
+def event_name(name: str) -> str:
+    """A readable, searchable name for a TensorFlow op event (``node:OpType``).
+
+    Example:
+        >>> event_name("StatefulPartitionedCall/CollectiveReduceV2:CollectiveReduceV2")
+        'allreduce (StatefulPartitionedCall/CollectiveReduceV2:CollectiveReduceV2)'
+        >>> event_name("model/dense/MatMul:MatMul")
+        'model/dense/MatMul:MatMul'
+    """
+    op_type = name.rpartition(":")[2]
+    for prefix, label in _COLLECTIVES.items():
+        if op_type.startswith(prefix):
+            return f"{label} ({name})"
+    return name
+
+
+def _category(name: str, line: str) -> str:
+    lowered = name.lower()
+    if any(word in lowered for word in ("allreduce", "allgather", "broadcast")):
+        return "collective"
+    if line.startswith("tf_data") or "iterator" in lowered or "dataset" in lowered:
+        return "input"
+    return "compute"
+
+
+def xspace_events(path: Path, rank: int, shift_us: float) -> list[dict[str, Any]]:
+    """Chrome trace events of one rank's XSpace file (host plane), moved by ``shift_us``."""
+    from .runtime import compat
+
+    space = compat.read_xspace(path)
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}}]
+    lines = [(plane, line) for plane in space.planes for line in plane.lines]
+    for tid, (plane, line) in enumerate(lines, start=1):
+        events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": line.name}})
+        for ev in line.events:
+            name = event_name(plane.event_metadata[ev.metadata_id].name)
+            start_us = line.timestamp_ns / 1e3 + ev.offset_ps / 1e6 + shift_us
+            events.append(
+                {"ph": "X", "name": name, "cat": _category(name, line.name), "pid": rank, "tid": tid,
+                 "ts": round(start_us, 3), "dur": round(ev.duration_ps / 1e6, 3)}
+            )  # fmt: skip
+    return events
+
+
+def _write_trace(path: Path, events: list[dict[str, Any]]) -> None:
+    data = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}).encode()
+    atomic_write(path, gzip.compress(data))
+
+
+def merge_traces(paths: list[Path], out: Path) -> None:
+    """One trace holding every rank's events (each file's ``traceEvents``, in rank order)."""
+    events: list[dict[str, Any]] = []
+    for path in paths:
+        events += json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    _write_trace(out, events)
+
+
+class StepProfiler:
+    """Record steps ``first``..``last`` on every rank; rank 0 merges the ranks' traces at the end."""
+
+    def __init__(self, first: int, last: int, out_dir: Path) -> None:
+        self.first, self.last, self.out_dir = first, last, out_dir
+        self.shift_us = 0.0
+        self.done = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StepProfiler | None:
+        """A profiler for ``MLDIST_PROFILE_STEPS``, or None when it is not set."""
+        env = os.environ if env is None else env
+        text = env.get("MLDIST_PROFILE_STEPS", "")
+        return cls(*parse_steps(text), trace_dir(env)) if text else None
+
+    def _barrier(self) -> None:
+        import tensorflow as tf
+
+        runtime.allreduce(tf.zeros([1]), "sum")
+
+    def begin(self, step: int) -> None:
+        """Call before each step: recording starts at ``first``, after a barrier every rank shares."""
+        if step != self.first or self.done:
+            return
+        import tensorflow as tf
+
+        self._barrier()
+        after_barrier = time.time_ns()
+        raw = self.out_dir / f"raw-rank-{runtime.rank()}"
+        tf.profiler.experimental.start(str(raw))
+        # The profile's time 0 is its start: place it where this rank left the barrier.
+        self.shift_us = (time.time_ns() - after_barrier) / 1e3
+
+    def end(self, step: int) -> None:
+        """Call after each step: at ``last`` recording stops and the traces are written (rank 0 merges)."""
+        if step != self.last or self.done:
+            return
+        import tensorflow as tf
+
+        tf.profiler.experimental.stop()
+        self.done = True
+        rank = runtime.rank()
+        raw = sorted((self.out_dir / f"raw-rank-{rank}").rglob("*.xplane.pb"))
+        _write_trace(self.out_dir / f"rank-{rank}.trace.json.gz", xspace_events(raw[-1], rank, self.shift_us))
+        self._barrier()  # every rank's file is written
+        if rank == 0:
+            ranks = [self.out_dir / f"rank-{r}.trace.json.gz" for r in range(runtime.size())]
+            merge_traces(ranks, self.out_dir / "merged.trace.json.gz")

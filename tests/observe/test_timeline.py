@@ -1,0 +1,53 @@
+"""A profiled 2-worker run leaves one Chrome trace per rank and a merged one with both ranks' all-reduces."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import PY, WORKERS, check, clean_env, mldist
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    assert set(data) >= {"traceEvents"}
+    return list(data["traceEvents"])
+
+
+@pytest.mark.slow
+def test_profiled_run_leaves_a_merged_trace_with_both_ranks_and_the_allreduce(tmp_path: Path, engine: str) -> None:
+    env = clean_env(MLDIST_TRACE_DIR=str(tmp_path / "trace"))
+    cmd = [
+        "run",
+        "-n",
+        "2",
+        "--communication",
+        engine,
+        "--profile-steps",
+        "3:5",
+        "--",
+        PY,
+        str(WORKERS / "profiled_fit.py"),
+    ]
+    res = check(mldist(cmd, env=env, timeout=180))
+    assert "[0] FIT-DONE 0" in res.stdout and "[1] FIT-DONE 1" in res.stdout
+    trace = tmp_path / "trace"
+    for rank in (0, 1):
+        assert {e["pid"] for e in _events(trace / f"rank-{rank}.trace.json.gz")} == {rank}
+    merged = _events(trace / "merged.trace.json.gz")
+    names = {e["pid"]: e["args"]["name"] for e in merged if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    complete = [e for e in merged if e["ph"] == "X"]
+    assert all(isinstance(e["ts"], float | int) and e["dur"] >= 0 for e in complete)
+    for rank in (0, 1):
+        reduces = [e for e in complete if e["pid"] == rank and "allreduce" in e["name"]]
+        assert reduces, f"rank {rank} has no all-reduce in its timeline"
+        assert all(e["cat"] == "collective" for e in reduces)
+    # Aligned on a barrier: the ranks' recordings overlap in time.
+    spans = [(min(e["ts"] for e in complete if e["pid"] == r), max(e["ts"] for e in complete if e["pid"] == r))
+             for r in (0, 1)]  # fmt: skip
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
