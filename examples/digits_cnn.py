@@ -99,7 +99,7 @@ def main() -> None:
     if args.checkpoint_dir:  # last: the warmup reads the target rate before a restore changes it
         callbacks.append(mldist.keras.Checkpoint(args.checkpoint_dir, save_freq="epoch", keep=3))
     start = time.perf_counter()
-    model.fit(train, epochs=args.epochs, callbacks=callbacks, verbose=2)
+    model.fit(train, epochs=args.epochs, callbacks=callbacks, verbose=2, shuffle=False)  # mldist.data shuffles
     seconds = time.perf_counter() - start
     loss, accuracy = model.evaluate(x_test, y_test, batch_size=256, verbose=0)
     result = {
