@@ -10,6 +10,7 @@
 set -uo pipefail
 umask 077  # what the job writes is owner-only (logs, records, outputs)
 export MLDIST_JOB_DIR=/scratch/u/run
+export MLDIST_RUN_DIR="$MLDIST_JOB_DIR/run"
 export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"
 job_id="${COBALT_JOBID:-local}"
 mkdir -p "$MLDIST_JOB_DIR"

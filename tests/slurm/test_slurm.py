@@ -89,6 +89,10 @@ def test_two_node_training_runs_to_completion(slurm_env: dict[str, str], tmp_pat
     assert seen == {0, 1}
     env_record = (out / f"environment-{job}.txt").read_text()
     assert "## pip freeze" in env_record and "tensorflow" in env_record
+    # The job's run directory (MLDIST_RUN_DIR in the script): RunLog's metrics, one row per epoch.
+    rows = (out / "run" / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3, rows
+    assert (out / "run" / "metrics.png").is_file()
 
 
 def test_cancel_a_running_job(slurm_env: dict[str, str], tmp_path: Path) -> None:

@@ -148,3 +148,17 @@ def check_files(env: Mapping[str, str]) -> list[Result]:
     except MldistError as exc:
         results.append(("ports", "fail", str(exc), "set MLDIST_PORT_BASE to a free range"))
     return results
+
+
+def check_datasets(env: Mapping[str, str]) -> list[Result]:
+    """Which datasets the cache holds (compute nodes often have no internet to fetch them)."""
+    from ..datasets import DATASETS, cache_dir, status
+
+    root = cache_dir(env.get("MLDIST_DATA_DIR") or None)
+    states = {name: status(ds, root).status for name, ds in DATASETS.items()}
+    ready = sorted(n for n, s in states.items() if s in ("verified", "pinned", "unverified"))
+    if ready:
+        return [("datasets", "ok", f"cached in {root}: {', '.join(ready)}", "")]
+    first = "mnist" if "mnist" in states else sorted(states)[0]
+    return [("datasets", "warn", f"no dataset cached in {root}",
+             f"on a login node: mldist data fetch {first} (compute nodes may have no internet)")]  # fmt: skip

@@ -102,6 +102,8 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
     return [
         *lines,
         f"export MLDIST_JOB_DIR={q(s.output_dir)}",
+        # The job's run directory: mldist.keras.RunLog writes metrics, plots and TensorBoard events here.
+        'export MLDIST_RUN_DIR="$MLDIST_JOB_DIR/run"',
         'export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"',
         f'job_id="${{{sched.job_id_var}:-local}}"',
         'mkdir -p "$MLDIST_JOB_DIR"',
