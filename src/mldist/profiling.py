@@ -156,6 +156,7 @@ class StepProfiler:
             return
         import tensorflow as tf
 
+        self._barrier()  # no rank still has this step's collectives in flight while tracing stops
         tf.profiler.experimental.stop()
         self.done = True
         rank = runtime.rank()

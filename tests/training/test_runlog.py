@@ -131,7 +131,8 @@ def test_tensorboard_answers_on_loopback_and_prints_the_ssh_line(digits_run: Pat
 @pytest.mark.slow
 def test_plain_python_gets_a_default_run_dir_with_validation_curves(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(PLAIN)
-    res = subprocess.run([PY, "tiny.py"], cwd=tmp_path, capture_output=True, text=True, env=clean_env(), timeout=300)
+    env = {k: v for k, v in clean_env().items() if k != "MLDIST_RUNS_DIR"}  # the default: ./runs
+    res = subprocess.run([PY, "tiny.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, tail(res)
     (made,) = (tmp_path / "runs").iterdir()
     assert made.name.startswith("tiny-") and f"in runs/{made.name}" in res.stdout

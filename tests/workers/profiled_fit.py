@@ -13,6 +13,6 @@ model = tf.keras.Sequential(
 model.compile(optimizer=mldist.keras.DistributedOptimizer(tf.keras.optimizers.SGD(0.1)), loss="mse")
 rng = np.random.default_rng(ctx.rank)
 x, y = rng.random((64, 8), np.float32), rng.random((64, 4), np.float32)
-model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=2, verbose=0,
-          callbacks=mldist.keras.default_callbacks())  # fmt: skip
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+model.fit(ds, epochs=2, verbose=0, shuffle=False, callbacks=mldist.keras.default_callbacks())
 print("FIT-DONE", ctx.rank, flush=True)
