@@ -157,3 +157,14 @@ def test_an_unchanged_horovod_script_runs_through_the_alias(tmp_path: Path) -> N
     r0, r1 = results(res.stdout)
     assert (r0["rank"], r1["rank"], r0["size"]) == (0, 1, 2)
     assert r0["weights_sha256"] == r1["weights_sha256"]
+
+
+def test_the_alias_runs_a_script_like_python_does_with_its_siblings_importable(tmp_path: Path) -> None:
+    """``python -m mldist.horovod.alias train.py`` puts train.py's folder first on sys.path, as ``python`` does."""
+    (tmp_path / "sibling.py").write_text("ANSWER = 42\n")
+    script = tmp_path / "train.py"
+    body = "import sibling\nimport horovod.tensorflow as hvd\nhvd.init()\nprint('ALIAS', sibling.ANSWER, hvd.size())\n"
+    script.write_text(body)
+    res = check(subprocess.run([PY, "-m", "mldist.horovod.alias", str(script)], capture_output=True, text=True,
+                               env=clean_env(), cwd=ROOT, timeout=TIMEOUT))  # fmt: skip
+    assert "ALIAS 42 1" in res.stdout

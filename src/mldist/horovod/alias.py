@@ -16,6 +16,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import runpy
 import sys
 from types import ModuleType
@@ -60,6 +61,8 @@ def main(argv: list[str]) -> None:
         raise SystemExit("usage: python -m mldist.horovod.alias SCRIPT [ARGS...]")
     install()
     sys.argv = list(argv)
+    # As `python SCRIPT` does: the script's own directory first, so its sibling modules import.
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
     runpy.run_path(argv[0], run_name="__main__")
 
 
