@@ -149,3 +149,22 @@ def test_inconsistent_environments_are_named(env: dict[str, str], message: str) 
 def test_no_launcher() -> None:
     p = detect({"HOME": "/root"})
     assert (p.launcher, p.rank, p.size, p.local_rank, p.local_size) == ("none", 0, 1, 0, 1)
+
+
+def test_aprun_without_a_size_names_the_one_variable_to_set() -> None:
+    env = {"ALPS_APP_PE": "1", "ALPS_APP_ID": "99", "ALPS_APP_DEPTH": "2"}
+    with pytest.raises(DetectionError) as err:
+        detect(env)
+    text = str(err.value)
+    assert "aprun exports no world size; set MLDIST_SIZE" in text
+    assert "-e MLDIST_SIZE=8" in text and "PMI_SIZE" not in text
+
+
+def test_aprun_takes_cray_pmi_size_when_exported() -> None:
+    p = detect({"ALPS_APP_PE": "1", "PMI_SIZE": "2"})
+    assert (p.launcher, p.rank, p.size, p.local_size) == ("aprun", 1, 2, 1)
+
+
+def test_missing_size_names_each_variable_once() -> None:
+    with pytest.raises(DetectionError, match=r"set PMI_SIZE or MLDIST_SIZE$"):
+        detect({"PMI_RANK": "0"})

@@ -56,7 +56,8 @@ class LauncherRule:
     """One launcher: the marker variable and where each field is read from.
 
     ``extra`` derives what plain variables cannot give (host lists,
-    per-rank nodes) and returns fields to override.
+    per-rank nodes) and returns fields to override. ``size_fix`` says how to give
+    the world size when the launcher's own variables do not (default: set them).
     """
 
     name: str
@@ -65,6 +66,7 @@ class LauncherRule:
     extra: Callable[[Env, dict[str, int]], dict[str, object]] | None = None
     doc: str = ""
     job_vars: tuple[str, ...] = field(default=())
+    size_fix: str = ""
 
 
 def _int(env: Env, names: tuple[str, ...], launcher: str, what: str) -> int | None:
@@ -234,6 +236,9 @@ LAUNCHERS: tuple[LauncherRule, ...] = (
         _aprun_extra,
         "Cray ALPS aprun",
         ("COBALT_JOBID", "ALPS_APP_ID"),
+        # No ALPS variable carries the PE count; Cray PMI exports PMI_SIZE only on some systems.
+        "aprun exports no world size; set MLDIST_SIZE to aprun's -n (and MLDIST_LOCAL_SIZE to its -N): "
+        "aprun -n 8 -N 4 -e MLDIST_SIZE=8 -e MLDIST_LOCAL_SIZE=4 ... (mldist submit's scripts do)",
     ),
     LauncherRule(
         "slurm",
@@ -286,10 +291,9 @@ def _from_tf_config(raw: str) -> Placement:
 def _apply(rule: LauncherRule, env: Env) -> Placement:
     got = {k: v for k, names in rule.fields.items() if (v := _int(env, names, rule.name, k)) is not None}
     if rule.fields and "size" not in got:
-        names = " or ".join(rule.fields["size"])
-        raise DetectionError(
-            f"{rule.doc} detected ({rule.marker} is set) but the world size is unknown: set {names}, or MLDIST_SIZE"
-        )
+        names = " or ".join(dict.fromkeys([*rule.fields["size"], "MLDIST_SIZE"]))
+        fix = rule.size_fix or f"set {names}"
+        raise DetectionError(f"{rule.doc} detected ({rule.marker} is set) but the world size is unknown: {fix}")
     extra = rule.extra(env, got) if rule.extra else {}
     values: dict[str, object] = {**got, **extra}
     job_key = ".".join(env[v] for v in rule.job_vars if env.get(v))

@@ -6,11 +6,12 @@ process: inputs are numbers and environment mappings, outputs are plans.
 
 Example:
     >>> plan_threads(affinity=4, total=8, cpus_per_task=None, local_size=2)
-    ThreadPlan(cpus=4, intra_op=4, inter_op=2, source='affinity mask')
+    ThreadPlan(cpus=4, intra_op=4, inter_op=2, source='affinity mask', overrides='')
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,12 +28,14 @@ class ThreadPlan:
         cpus: CPUs this rank owns.
         intra_op, inter_op: TensorFlow thread pool sizes.
         source: where ``cpus`` came from (for ``mldist env``).
+        overrides: which pool sizes the user set and where (``init`` argument or variable), else "".
     """
 
     cpus: int
     intra_op: int
     inter_op: int
     source: str
+    overrides: str = ""
 
 
 def plan_threads(affinity: int, total: int, cpus_per_task: int | None, local_size: int) -> ThreadPlan:
@@ -94,8 +97,8 @@ def cpu_probe() -> CpuProbe:
     return CpuProbe(total, tuple(range(total)))
 
 
-#: Where a rank's CPU count may be given, first one set wins.
-CPUS_PER_TASK_VARS = ("MLDIST_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS")
+#: Where a rank's CPU count may be given, first one set wins (ALPS_APP_DEPTH: aprun's -d).
+CPUS_PER_TASK_VARS = ("MLDIST_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK", "ALPS_APP_DEPTH", "OMP_NUM_THREADS")
 
 
 def cpus_per_task(env: Mapping[str, str]) -> int | None:
@@ -112,20 +115,81 @@ def cpus_per_task(env: Mapping[str, str]) -> int | None:
     return None
 
 
-def thread_plan(env: Mapping[str, str], local_size: int, probe: CpuProbe | None = None) -> ThreadPlan:
+#: Thread pools a user may size, and the variable that does it (an ``init`` argument wins over it).
+THREAD_KNOBS = (("intra_op", "MLDIST_INTRA_OP"), ("inter_op", "MLDIST_INTER_OP"))
+
+
+def thread_count(value: object, name: str) -> int:
+    """``value`` as a thread count (a positive integer, or its decimal text); else ConfigError naming ``name``.
+
+    Example:
+        >>> thread_count("4", "MLDIST_INTRA_OP"), thread_count(2, "inter_op")
+        (4, 2)
+    """
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, str) and text.isascii() and text.isdigit():
+        text = int(text)
+    if isinstance(text, int) and not isinstance(text, bool) and text > 0:
+        return text
+    raise ConfigError(
+        f"{name}={value!r} is not a thread count: give a whole number of 1 or more "
+        f"(e.g. {name}=4), or leave it unset for the plan from this rank's CPUs"
+    )
+
+
+def override_threads(plan: ThreadPlan, env: Mapping[str, str], **given: int | None) -> ThreadPlan:
+    """``plan`` with the pool sizes the user set: an ``init`` argument, else the variable, else the plan.
+
+    Args:
+        plan: the plan from this rank's CPUs.
+        env: the rank's environment (``MLDIST_INTRA_OP``, ``MLDIST_INTER_OP``).
+        given: ``intra_op``/``inter_op`` passed to ``init`` (None: not given).
+
+    Example:
+        >>> p = override_threads(ThreadPlan(4, 4, 2, "x"), {"MLDIST_INTER_OP": "1"}, intra_op=8)
+        >>> p.intra_op, p.inter_op, p.overrides
+        (8, 1, 'intra-op from init(intra_op=8), inter-op from MLDIST_INTER_OP=1')
+    """
+    changes: dict[str, int] = {}
+    notes = []
+    for knob, var in THREAD_KNOBS:
+        if given.get(knob) is not None:
+            changes[knob] = thread_count(given[knob], knob)
+            notes.append(f"{knob.replace('_', '-')} from init({knob}={changes[knob]})")
+        elif env.get(var, "").strip():
+            changes[knob] = thread_count(env[var], var)
+            notes.append(f"{knob.replace('_', '-')} from {var}={changes[knob]}")
+    return dataclasses.replace(plan, **changes, overrides=", ".join(notes)) if changes else plan
+
+
+def thread_plan(
+    env: Mapping[str, str],
+    local_size: int,
+    probe: CpuProbe | None = None,
+    *,
+    intra_op: int | None = None,
+    inter_op: int | None = None,
+) -> ThreadPlan:
     """This rank's thread plan from its environment and CPUs: what ``init`` applies and ``mldist env`` shows.
+
+    Pool sizes given as arguments win over ``MLDIST_INTRA_OP``/``MLDIST_INTER_OP``, which win
+    over the plan from the CPUs (:func:`plan_threads`).
 
     Args:
         env: the rank's environment.
         local_size: ranks on this node.
         probe: the CPUs (default: :func:`cpu_probe`).
+        intra_op, inter_op: sizes passed to ``mldist.init`` (None: not given).
 
     Example:
         >>> thread_plan({}, 2, CpuProbe(8, tuple(range(8)))).cpus
         4
+        >>> thread_plan({"MLDIST_INTRA_OP": "3"}, 2, CpuProbe(8, tuple(range(8)))).intra_op
+        3
     """
     p = probe or cpu_probe()
-    return plan_threads(len(p.allowed), p.total, cpus_per_task(env), local_size)
+    plan = plan_threads(len(p.allowed), p.total, cpus_per_task(env), local_size)
+    return override_threads(plan, env, intra_op=intra_op, inter_op=inter_op)
 
 
 def openmp_defaults(plan: ThreadPlan, pinned: bool) -> dict[str, str]:

@@ -26,6 +26,15 @@ COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
 MPI_MARKERS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "PALS_RANKID", "ALPS_APP_PE", "SLURM_STEP_ID")
 
 
+#: How to make mpi4py's world match the launcher's, per launcher (else :data:`DEFAULT_MPI_FIX`).
+MPI_FIXES = {
+    "slurm": "build mpi4py against the site's MPI, or use srun --mpi=pmix",
+    "aprun": "build mpi4py against Cray MPICH (module load cray-mpich; "
+    "MPICC='cc -shared' pip install --no-binary=mpi4py --no-cache-dir mpi4py)",
+}
+DEFAULT_MPI_FIX = "build mpi4py against the launcher's MPI"
+
+
 @dataclass(frozen=True)
 class MpiWorld:
     """What mpi4py reports about the MPI world this process joined.
@@ -48,8 +57,13 @@ class Choice:
     reason: str = ""
 
 
-def _mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None) -> str:
-    """Why the MPI engine cannot serve this placement ("" when it can)."""
+def mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None) -> str:
+    """Why the MPI engine cannot serve this placement ("" when it can), with the fix.
+
+    Example:
+        >>> mpi_problem(1, 2, "aprun", MpiWorld(0, 1, "Open MPI v5.0.8, package: ..."))[:44]
+        "mpi4py's MPI (Open MPI v5.0.8) sees rank 0 o"
+    """
     if isinstance(mpi, str):
         return mpi
     if mpi is None:
@@ -58,7 +72,7 @@ def _mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None
         name = mpi.library.split(",")[0]
         return (
             f"mpi4py's MPI ({name}) sees rank {mpi.rank} of {mpi.size} but the {launcher!r} launcher says "
-            f"rank {rank} of {size}: build mpi4py against the launcher's MPI, or use srun --mpi=pmix"
+            f"rank {rank} of {size}: {MPI_FIXES.get(launcher, DEFAULT_MPI_FIX)}"
         )
     return ""
 
@@ -77,7 +91,7 @@ def choose(requested: str, rank: int, size: int, launcher: str, has_gpu: bool, m
         raise ConfigError(f"communication={requested!r} is not one of {', '.join(COMMUNICATIONS)}")
     if requested == "nccl" and not has_gpu:
         raise ConfigError("communication='nccl' needs a GPU on every worker; use 'mpi' or 'ring' on CPUs")
-    problem = _mpi_problem(rank, size, launcher, mpi) if requested in ("auto", "mpi") and not has_gpu else ""
+    problem = mpi_problem(rank, size, launcher, mpi) if requested in ("auto", "mpi") and not has_gpu else ""
     if requested == "mpi" and problem:
         raise ConfigError(f"communication='mpi' cannot work here: {problem}")
     if requested != "auto":

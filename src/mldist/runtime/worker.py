@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, RuntimeStateError
+from ..errors import ConfigError, DetectionError, RuntimeStateError
 from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
 from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
 from . import compat, engine, failures, watchdog
@@ -64,18 +64,32 @@ _spec: ClusterSpec | None = None  # kept for a strategy started later (MPI engin
 
 
 def mpi_allgather_hosts(my_host: str) -> Sequence[str]:
-    """Every rank's host name, gathered over MPI: for launchers that give ranks but no host list."""
+    """Every rank's host name, gathered over MPI: for launchers that give ranks but no host list.
+
+    Raises DetectionError naming both views and the fix when mpi4py's world is not the
+    launcher's (a PyPI MPI under aprun or srun sees a world of one process per rank).
+    """
     try:
         from mpi4py import MPI
     except ImportError:
         return no_discovery(my_host)  # raises, naming the fix
-    return list(MPI.COMM_WORLD.allgather(my_host))
+    world = MPI.COMM_WORLD
+    placement = detect(os.environ)
+    mpi = engine.MpiWorld(world.Get_rank(), world.Get_size(), MPI.Get_library_version().splitlines()[0].strip())
+    if problem := engine.mpi_problem(placement.rank, placement.size, placement.launcher, mpi):
+        raise DetectionError(
+            f"cannot find the other workers' hosts over MPI: {problem}; "
+            "or set MLDIST_WORKERS=host:port,... (every rank's address) in every rank"
+        )
+    return list(world.allgather(my_host))
 
 
-def _apply_threads(tf: Any, plan: ThreadPlan) -> None:
+def _apply_threads(tf: Any, plan: ThreadPlan, soft_placement: bool | None) -> None:
     try:
         tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
         tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
+        if soft_placement is not None:  # the guides' ConfigProto(allow_soft_placement=True)
+            tf.config.set_soft_device_placement(soft_placement)
     except RuntimeError:
         warnings.warn(
             "mldist.init() came after TensorFlow started running ops; thread pools "
@@ -129,18 +143,34 @@ def _start_engine(tf: Any, placement: Placement, requested: str, has_gpu: bool) 
     return strategy, used, spec.workers, ""
 
 
-def init(communication: str | None = None) -> Context:
+def _check_soft_placement(value: object) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ConfigError(f"allow_soft_placement={value!r}: give True, False or None (leave TensorFlow's default)")
+
+
+def init(
+    communication: str | None = None,
+    *,
+    inter_op: int | None = None,
+    intra_op: int | None = None,
+    allow_soft_placement: bool | None = None,
+) -> Context:
     """Detect the cluster, set threads, pin the GPU and start collectives.
 
-    Idempotent: later calls return the first call's context.
+    Idempotent: later calls return the first call's context (their arguments are ignored).
 
     Args:
         communication: "auto" (NCCL on GPUs, MPI on CPUs under an MPI launcher, else RING),
             "mpi", "ring" or "nccl"; default from ``MLDIST_COMMUNICATION`` or "auto".
+        inter_op, intra_op: TensorFlow's thread pool sizes; default from ``MLDIST_INTER_OP``/
+            ``MLDIST_INTRA_OP``, else the plan from the CPUs this rank owns.
+        allow_soft_placement: True lets ops without a kernel for the chosen device run on the
+            CPU (``tf.config.set_soft_device_placement``); None leaves TensorFlow's default.
 
     Example::
 
-        ctx = init()
+        ctx = init(intra_op=8, inter_op=2)
         if ctx.is_chief:
             print(f"training on {ctx.size} workers")
     """
@@ -150,11 +180,12 @@ def init(communication: str | None = None) -> Context:
     comm = (communication or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
     if comm not in engine.COMMUNICATIONS:
         raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
+    soft = _check_soft_placement(allow_soft_placement)
     sys.excepthook = failures.one_line_errors
     watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
     probe = cpu_probe()
-    plan = thread_plan(os.environ, placement.local_size, probe)
+    plan = thread_plan(os.environ, placement.local_size, probe, intra_op=intra_op, inter_op=inter_op)
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -162,7 +193,7 @@ def init(communication: str | None = None) -> Context:
     import tensorflow as tf
 
     compat.never_convert("mldist")
-    _apply_threads(tf, plan)
+    _apply_threads(tf, plan, soft)
     gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     started: Started = (None, "none", (), "")

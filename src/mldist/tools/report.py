@@ -153,7 +153,10 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(f"worker    {rank:>4} {addr}")
     t = report.get("threads")
     if t:
-        lines.append(f"threads   {t['cpus']} cpus ({t['source']}): intra-op {t['intra_op']}, inter-op {t['inter_op']}")
+        set_by = f" ({t['overrides']})" if t.get("overrides") else ""
+        lines.append(
+            f"threads   {t['cpus']} cpus ({t['source']}): intra-op {t['intra_op']}, inter-op {t['inter_op']}{set_by}"
+        )
     for g in report.get("gpus", []):
         lines.append(f"gpu       {g['index']} {g['name']} (device {g['device_id']})")
     if "gpus" in report and not report["gpus"]:

@@ -1,0 +1,48 @@
+"""Thread pool sizes: the plan from the CPUs, and the user's overrides (argument > variable > plan)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mldist.errors import ConfigError
+from mldist.placement.resources import CpuProbe, ThreadPlan, override_threads, thread_count, thread_plan
+
+NODE8 = CpuProbe(8, tuple(range(8)))
+
+
+def test_without_a_cpus_per_task_variable_the_node_is_shared_among_local_ranks() -> None:
+    plan = thread_plan({}, 4, NODE8)
+    assert (plan.cpus, plan.intra_op, plan.inter_op, plan.source) == (2, 2, 1, "8 cores / 4 ranks")
+    assert plan.overrides == ""
+
+
+def test_an_exported_omp_num_threads_or_aprun_depth_is_the_rank_s_cpus() -> None:
+    assert thread_plan({"OMP_NUM_THREADS": "3"}, 2, NODE8).cpus == 3  # what batch scripts will compute
+    assert thread_plan({"ALPS_APP_DEPTH": "4", "OMP_NUM_THREADS": "1"}, 2, NODE8).cpus == 4
+
+
+def test_variables_override_the_plan_and_arguments_override_variables() -> None:
+    env = {"MLDIST_INTRA_OP": "6", "MLDIST_INTER_OP": "3"}
+    plan = thread_plan(env, 2, NODE8)
+    assert (plan.cpus, plan.intra_op, plan.inter_op) == (4, 6, 3)
+    assert plan.overrides == "intra-op from MLDIST_INTRA_OP=6, inter-op from MLDIST_INTER_OP=3"
+    plan = thread_plan(env, 2, NODE8, intra_op=1)
+    assert (plan.intra_op, plan.inter_op) == (1, 3)
+    assert plan.overrides.startswith("intra-op from init(intra_op=1)")
+
+
+def test_empty_variables_are_unset() -> None:
+    assert override_threads(ThreadPlan(2, 2, 1, "x"), {"MLDIST_INTRA_OP": " "}) == ThreadPlan(2, 2, 1, "x")
+
+
+@pytest.mark.parametrize("value", [0, -2, "0", "-1", "two", "2.5", 2.0, True, ""])
+def test_invalid_counts_name_the_value_and_the_fix(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"is not a thread count: give a whole number of 1 or more"):
+        thread_count(value, "MLDIST_INTRA_OP")
+
+
+def test_invalid_variable_or_argument_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"^MLDIST_INTER_OP='x' is not a thread count"):
+        thread_plan({"MLDIST_INTER_OP": "x"}, 1, NODE8)
+    with pytest.raises(ConfigError, match=r"^intra_op=-1 is not a thread count"):
+        thread_plan({}, 1, NODE8, intra_op=-1)
