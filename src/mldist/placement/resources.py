@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -159,7 +158,10 @@ def override_threads(plan: ThreadPlan, env: Mapping[str, str], **given: int | No
         elif env.get(var, "").strip():
             changes[knob] = thread_count(env[var], var)
             notes.append(f"{knob.replace('_', '-')} from {var}={changes[knob]}")
-    return dataclasses.replace(plan, **changes, overrides=", ".join(notes)) if changes else plan
+    if not changes:
+        return plan
+    intra, inter = changes.get("intra_op", plan.intra_op), changes.get("inter_op", plan.inter_op)
+    return ThreadPlan(plan.cpus, intra, inter, plan.source, ", ".join(notes))
 
 
 def thread_plan(
