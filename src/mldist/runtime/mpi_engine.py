@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from . import stall
 from .failures import fatal
 
 _KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6}
@@ -111,11 +112,24 @@ def _describe(kind: str, arrays: Sequence[np.ndarray[Any, Any]]) -> Callable[[],
     return lambda: f"{kind} of " + ", ".join(f"{a.dtype.name}[{a.size}]" for a in arrays)
 
 
-def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name: str) -> list[Any]:
+def _watched(body: Callable[..., list[np.ndarray[Any, Any]]], what: str) -> Callable[..., list[np.ndarray[Any, Any]]]:
+    """``body`` marked as a collective in flight while it runs (the stalled-collective watch)."""
+
+    def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+        token = stall.begin(what)
+        try:
+            return body(*arrays)
+        finally:
+            stall.end(token)
+
+    return run
+
+
+def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name: str, what: str) -> list[Any]:
     import tensorflow as tf
 
     # Autograph would otherwise convert the callback and run the converted code at every step.
-    fn = tf.autograph.experimental.do_not_convert(fn)
+    fn = tf.autograph.experimental.do_not_convert(_watched(fn, what))
     out = tf.numpy_function(fn, inputs, [t.dtype for t in inputs], stateful=True, name=name)
     return list(out) if isinstance(out, list | tuple) else [out]
 
@@ -160,7 +174,7 @@ def allreduce(buffers: list[Any], op: str) -> list[Any]:
             _comm.Allreduce(a, o, mpi_op)  # out of place: TensorFlow may still read the input
         return out
 
-    reduced = _call(run, [_wire(b) for b in buffers], f"mpi_allreduce_{op}")
+    reduced = _call(run, [_wire(b) for b in buffers], f"mpi_allreduce_{op}", f"allreduce({op})")
     results = []
     for r, b in zip(reduced, buffers, strict=True):
         r.set_shape(b.shape)
@@ -180,7 +194,7 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
             _comm.Bcast(o.view(np.uint8), root)
         return out
 
-    received = _call(run, [_bits(b) for b in buffers], "mpi_broadcast")
+    received = _call(run, [_bits(b) for b in buffers], "mpi_broadcast", "broadcast")
     for r, b in zip(received, buffers, strict=True):
         r.set_shape(b.shape)
     return [_unbits(r, b.dtype) for r, b in zip(received, buffers, strict=True)]
@@ -206,6 +220,6 @@ def allgather(value: Any, size: int) -> Any:
         _comm.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
         return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
 
-    (gathered,) = _call(run, [_bits(value)], "mpi_allgather")
+    (gathered,) = _call(run, [_bits(value)], "mpi_allgather", "allgather")
     gathered.set_shape(tf.TensorShape([None, *inner]))
     return _unbits(gathered, dtype)

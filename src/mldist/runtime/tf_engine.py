@@ -17,10 +17,14 @@ import os
 import signal
 import socket
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import ConfigError, LaunchError
 from ..placement import ClusterSpec
+from . import compat, stall
+
+T = TypeVar("T")
 
 
 def check_port_free(address: str) -> None:
@@ -128,25 +132,69 @@ def _gather_equal(tensor: Any) -> Any:
     return back(strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,)))
 
 
+def _marker(fn: Any, inputs: list[Any], name: str) -> Any:
+    import tensorflow as tf
+
+    fn = tf.autograph.experimental.do_not_convert(fn)
+    return tf.numpy_function(fn, inputs, tf.int64, stateful=True, name=name)
+
+
+def _end_marker(token: Any) -> Any:
+    import numpy as np
+
+    stall.end(int(token))
+    return np.int64(0)
+
+
+def _watched(what: str, fn: Callable[[list[Any]], T], inputs: list[Any]) -> T:
+    """``fn(inputs)`` between two host callbacks that mark the collective in flight (:mod:`stall`).
+
+    The first runs before any of ``inputs`` reaches the collective, the second once all of its
+    outputs exist; each costs one Python call per collective. XLA compiles no host callback,
+    so under ``jit_compile`` (and with the watch off) the collective runs unmarked.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    if not stall.active() or compat.compiling_with_xla():
+        return fn(inputs)
+    with tf.device("/cpu:0"):
+        token = _marker(lambda: np.int64(stall.begin(what)), [], "mldist_watch_begin")
+    with tf.control_dependencies([token]):
+        inputs = [tf.identity(t) for t in inputs]
+    out = fn(inputs)
+    with tf.control_dependencies(tf.nest.flatten(out)), tf.device("/cpu:0"):
+        _marker(_end_marker, [token], "mldist_watch_end")  # stateful: runs without a consumer
+    return out
+
+
 def allreduce(buffers: list[Any], op: str) -> list[Any]:
     """Reduce 1-D buffers across ranks: "sum" is one collective each; "max"/"min"/"prod" gather then reduce."""
     import tensorflow as tf
 
     if op == "sum":
-        return _sum(buffers)
+        return _watched("allreduce(sum)", _sum, buffers)
     reduce_fn = {"max": tf.reduce_max, "min": tf.reduce_min, "prod": tf.reduce_prod}[op]
-    return [reduce_fn(tf.reshape(_gather_equal(b[tf.newaxis]), [-1, b.shape[0]]), axis=0) for b in buffers]
+
+    def gather_reduce(values: list[Any]) -> list[Any]:
+        return [reduce_fn(tf.reshape(_gather_equal(b[tf.newaxis]), [-1, b.shape[0]]), axis=0) for b in values]
+
+    return _watched(f"allreduce({op})", gather_reduce, buffers)
 
 
 def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
     """``root``'s buffers on every rank: a sum to which only ``root`` contributes (exact for every dtype)."""
     import tensorflow as tf
 
-    return _sum([v if rank == root else tf.zeros_like(v) for v in buffers])
+    return _watched("broadcast", _sum, [v if rank == root else tf.zeros_like(v) for v in buffers])
 
 
 def allgather(value: Any, size: int) -> Any:
     """Every rank's ``value`` concatenated on axis 0; the first dimension may differ (padded, then masked)."""
+    return _watched("allgather", lambda values: _allgather(values[0], size), [value])
+
+
+def _allgather(value: Any, size: int) -> Any:
     import tensorflow as tf
 
     n = tf.shape(value)[0]

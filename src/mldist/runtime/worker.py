@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ConfigError, DetectionError, RuntimeStateError
 from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
 from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
-from . import compat, engine, failures, watchdog
+from . import compat, engine, failures, stall, watchdog
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,7 @@ def init(
     if comm not in engine.COMMUNICATIONS:
         raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
     soft = _check_soft_placement(allow_soft_placement)
+    stall.collective_timeout(os.environ)  # a bad MLDIST_COLLECTIVE_TIMEOUT stops here, before any side effect
     sys.excepthook = failures.one_line_errors
     watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
@@ -200,6 +201,8 @@ def init(
     if placement.size > 1:
         started = _start_engine(tf, placement, comm, has_gpu)
     _strategy, used, workers, library = started
+    if placement.size > 1:
+        stall.start(placement.rank, used, os.environ)
     _ctx = Context(
         rank=placement.rank,
         size=placement.size,

@@ -1,0 +1,69 @@
+"""The stalled-collective watch: the pure parts, and 2 real workers of which one stalls (slow)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers import PY, WORKERS, check, clean_env, mldist
+from mldist.errors import ConfigError
+from mldist.runtime import stall
+
+
+def test_nccl_names_ring_as_the_fallback() -> None:
+    line = stall.stall_message(3, "nccl", "allreduce(sum)", 601.4, 600)
+    assert line.startswith("rank 3 waited 601 s in allreduce(sum) (engine nccl)")
+    assert "MLDIST_COLLECTIVE_TIMEOUT=600" in line and "set MLDIST_COMMUNICATION=ring" in line
+
+
+@pytest.mark.parametrize("engine, hint", [("ring", "MLDIST_COMMUNICATION=mpi"), ("mpi", "MLDIST_COMMUNICATION=ring")])
+def test_other_engines_name_their_own_hint(engine: str, hint: str) -> None:
+    line = stall.stall_message(0, engine, "broadcast", 5, 3)
+    assert hint in line and "NCCL" not in line and "raise MLDIST_COLLECTIVE_TIMEOUT" in line
+
+
+@pytest.mark.parametrize("raw, seconds", [("", 600.0), ("0", 0.0), ("2.5", 2.5), (" 30 ", 30.0)])
+def test_timeout_from_the_environment(raw: str, seconds: float) -> None:
+    assert stall.collective_timeout({"MLDIST_COLLECTIVE_TIMEOUT": raw}) == seconds
+
+
+@pytest.mark.parametrize("raw", ["-1", "soon", "inf", "nan"])
+def test_invalid_timeout_names_the_value_and_the_fix(raw: str) -> None:
+    with pytest.raises(ConfigError, match=rf"MLDIST_COLLECTIVE_TIMEOUT='{raw}' is not a number of seconds.*or 0"):
+        stall.collective_timeout({"MLDIST_COLLECTIVE_TIMEOUT": raw})
+
+
+def test_the_oldest_collective_in_flight_past_the_timeout_is_overdue() -> None:
+    now = [100.0]
+    watch = stall.Watch(1, "nccl", 10, clock=lambda: now[0])
+    first = watch.begin("allreduce(sum)")
+    now[0] = 105
+    second = watch.begin("broadcast")
+    now[0] = 110
+    assert watch.overdue() is None  # exactly at the limit
+    now[0] = 112
+    assert (watch.overdue() or "").startswith("rank 1 waited 12 s in allreduce(sum)")
+    watch.end(first)
+    assert watch.overdue() is None
+    now[0] = 116
+    assert (watch.overdue() or "").startswith("rank 1 waited 11 s in broadcast")
+    watch.end(second)
+    watch.end(second)  # twice is harmless
+    assert watch.overdue() is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["eager", "fit"])
+def test_a_stalled_rank_ends_the_job_within_seconds_naming_the_collective(engine: str, mode: str) -> None:
+    env = clean_env(MLDIST_COLLECTIVE_TIMEOUT="3")
+    cmd = ["run", "-n", "2", "--communication", engine, "--", PY, str(WORKERS / "stall.py"), mode]
+    res = check(mldist(cmd, env=env, timeout=120), 1)
+    warm = [float(line.split()[-1]) for line in res.stdout.splitlines() if "WARM" in line]
+    took = time.time() - max(warm)
+    assert "UNREACHABLE" not in res.stdout
+    stalled = [line for line in res.stderr.splitlines() if "waited" in line and "MLDIST_COLLECTIVE_TIMEOUT=3" in line]
+    assert stalled, res.stderr[-3000:]
+    assert "rank 0 waited" in stalled[0] and "allreduce(sum)" in stalled[0] and f"(engine {engine})" in stalled[0]
+    assert "rank 0 exited with code 1" in res.stderr
+    assert took < 20, f"the job ended {took:.1f} s after the stall began"
