@@ -17,11 +17,19 @@ variables named in ``RECORDED_PREFIXES``.
   SIGUSR1/SIGTERM to all of them and exit with the highest task exit code
   (128+N for a task killed by signal N). ``srun --kill-on-bad-exit=1``
   SIGTERMs the other tasks once one exits non-zero, as Slurm does.
-- ``apptainer``: ``exec [--nv] [--bind P]... IMAGE CMD...``; records, then
-  execs ``CMD``.
+- ``mpirun`` (Open MPI): ``-np``, ``--map-by ppr:K:node:PE=D``, ``--bind-to``,
+  ``--hostfile``, ``-x NAME``; like Open MPI, the tasks get only the variables ``-x``
+  names (plus ``HOME`` and the stand-ins' own), and ``OMPI_COMM_WORLD_*``.
+- ``mpiexec`` plays Cray PALS (``--ppn --depth --cpu-bind``) and Hydra (``-ppn -f``).
+- ``apptainer``: ``exec [--nv|--rocm|--cleanenv|--bind P|-B P|--env K=V]... IMAGE CMD...``
+  records, then execs ``CMD`` with ``APPTAINERENV_X`` applied as ``X``;
+  ``pull [--force] DEST URI`` writes a small file at DEST.
+- ``nproc``, ``lscpu -p=CORE,SOCKET``: ``$STANDIN_NPROC`` CPUs (default 8) and
+  ``$STANDIN_CORES`` cores (default 4), so measured thread counts are known.
 - ``conda``: ``shell.bash hook`` prints a ``conda`` shell function whose
   ``activate NAME`` exports ``STANDIN_CONDA_ENV=NAME``.
-- ``python3``: answers the environment record's three questions.
+- ``python3``: answers the environment record's three questions; ``-c "import mldist"``
+  fails when ``STANDIN_NO_MLDIST=1`` unless ``PYTHONPATH`` names the bound host mldist.
 - ``module``, ``scontrol``, ``qsub``, ``sbatch``: record only, exit 0.
 - ``argv-recorder``: the task. Prints its record to stdout (the rank log),
   then: with ``STANDIN_TRAP_USR1=1`` waits up to 20 s for SIGUSR1 and exits 75
@@ -55,6 +63,9 @@ RECORDED_PREFIXES = (
     "OMPI_",
     "APPTAINER",
     "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "XLA_",
+    "LD_LIBRARY_PATH",
     "CONDA",
     "PATH",
 )
@@ -152,7 +163,8 @@ def parse_srun(args: list[str]) -> tuple[int, list[dict[str, str]], list[str]]:
             positive("srun", f"--{key}", opts[key])
     if "nodes" in opts and "ntasks-per-node" in opts and int(opts["nodes"]) * int(opts["ntasks-per-node"]) != n:
         refuse("srun", "--ntasks is not --nodes times --ntasks-per-node")
-    envs = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": str(n)} for r in range(n)]
+    per_node = int(opts.get("ntasks-per-node", n))
+    envs = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": str(n), "SLURM_LOCALID": str(r % per_node)} for r in range(n)]
     return n, envs, args[i:]
 
 
@@ -171,21 +183,60 @@ def parse_flags(prog: str, args: list[str], known: set[str]) -> tuple[list[tuple
 
 
 def parse_mpiexec(args: list[str]) -> tuple[int, list[dict[str, str]], list[str]]:
-    pairs, cmd = parse_flags("mpiexec", args, {"-n", "--ppn", "--depth", "--cpu-bind"})
+    """Cray PALS (``--ppn``, ``--depth``, ``--cpu-bind``) or Hydra (``-ppn``, ``-f``); not both."""
+    pairs, cmd = parse_flags("mpiexec", args, {"-n", "--ppn", "--depth", "--cpu-bind", "-ppn", "-f"})
     opts = dict(pairs)
     if len(opts) != len(pairs):
         refuse("mpiexec", "an option was given twice")
     if "-n" not in opts:
         refuse("mpiexec", "-n missing")
+    if {"--ppn", "--depth", "--cpu-bind"} & set(opts) and {"-ppn", "-f"} & set(opts):
+        refuse("mpiexec", "PALS options (--ppn) mixed with Hydra options (-ppn)")
     n = positive("mpiexec", "-n", opts["-n"])
-    for flag in ("--ppn", "--depth"):
+    for flag in ("--ppn", "--depth", "-ppn"):
         if flag in opts:
             positive("mpiexec", flag, opts[flag])
-    if "--ppn" in opts and n % int(opts["--ppn"]):
-        refuse("mpiexec", "-n is not a multiple of --ppn")
+    ppn = int(opts.get("--ppn", opts.get("-ppn", n)))
+    if n % ppn:
+        refuse("mpiexec", "-n is not a multiple of the ranks per node")
     if opts.get("--cpu-bind", "depth") not in ("depth", "core", "numa", "none", "list"):
         refuse("mpiexec", f"unknown --cpu-bind {opts['--cpu-bind']!r}")
-    envs = [{"PMI_RANK": str(r), "PMI_SIZE": str(n)} for r in range(n)]
+    if "-f" in opts and not os.path.isfile(opts["-f"]):
+        refuse("mpiexec", f"-f {opts['-f']!r}: no such host file")
+    local = "MPI_LOCALRANKID" if "-ppn" in opts else "PALS_LOCAL_RANKID"
+    envs = [{"PMI_RANK": str(r), "PMI_SIZE": str(n), local: str(r % ppn)} for r in range(n)]
+    return n, envs, cmd
+
+
+def parse_mpirun(args: list[str]) -> tuple[int, list[dict[str, str]], list[str]]:
+    """Open MPI: the tasks see only what ``-x`` forwards (checked by the tests that use it)."""
+    import re
+
+    pairs, cmd = parse_flags("mpirun", args, {"-np", "--map-by", "--bind-to", "--hostfile", "-x"})
+    opts = dict(p for p in pairs if p[0] != "-x")
+    if "-np" not in opts:
+        refuse("mpirun", "-np missing")
+    n = positive("mpirun", "-np", opts["-np"])
+    m = re.fullmatch(r"ppr:([0-9]+):node:PE=([0-9]+)", opts.get("--map-by", f"ppr:{n}:node:PE=1"))
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1 or n % int(m.group(1)):
+        refuse("mpirun", f"--map-by {opts.get('--map-by')!r} is not ppr:K:node:PE=D dividing -np")
+    if opts.get("--bind-to", "core") not in ("core", "hwthread", "none", "socket"):
+        refuse("mpirun", f"unknown --bind-to {opts['--bind-to']!r}")
+    if "--hostfile" in opts and not os.path.isfile(opts["--hostfile"]):
+        refuse("mpirun", f"--hostfile {opts['--hostfile']!r}: no such file")
+    names = [v for f, v in pairs if f == "-x"]
+    for name in names:
+        if name not in os.environ:
+            refuse("mpirun", f"-x {name}: not set (Open MPI warns and the rank misses it)")
+    per_node = int(m.group(1))
+    keep = {
+        k: v for k, v in os.environ.items() if k in names or k == "HOME" or k.startswith(("STANDIN_", "MLDIST_STANDIN"))
+    }
+    envs = [
+        {**keep, "OMPI_COMM_WORLD_RANK": str(r), "OMPI_COMM_WORLD_SIZE": str(n)}
+        | {"OMPI_COMM_WORLD_LOCAL_RANK": str(r % per_node), "OMPI_COMM_WORLD_LOCAL_SIZE": str(per_node)}
+        for r in range(n)
+    ]
     return n, envs, cmd
 
 
@@ -221,7 +272,10 @@ LAUNCHERS: dict[str, Callable[[list[str]], tuple[int, list[dict[str, str]], list
     "srun": parse_srun,
     "mpiexec": parse_mpiexec,
     "aprun": parse_aprun,
+    "mpirun": parse_mpirun,
 }
+#: Launchers that start tasks with only the environment they build (Open MPI's -x).
+OWN_ENV = ("mpirun",)
 
 
 def launcher(prog: str, args: list[str]) -> int:
@@ -246,7 +300,7 @@ def launcher(prog: str, args: list[str]) -> int:
     codes = []
     for env in envs:
         try:
-            procs.append(subprocess.Popen(cmd, env={**os.environ, **env}))
+            procs.append(subprocess.Popen(cmd, env=env if prog in OWN_ENV else {**os.environ, **env}))
         except OSError as e:
             sys.stderr.write(f"{prog} (standin): cannot start {cmd[0]!r}: {e}\n")
             codes.append(127)
@@ -272,33 +326,64 @@ def launcher(prog: str, args: list[str]) -> int:
 # -- the rest --------------------------------------------------------------------------------------
 
 
+APPTAINER_FLAGS = ("--nv", "--rocm", "--cleanenv", "--contain", "--writable-tmpfs")
+APPTAINER_VALUED = ("--bind", "-B", "--env", "--home", "--pwd")
+
+
 def apptainer(args: list[str]) -> int:
     record_call("apptainer", args)
+    if args[:1] == ["pull"]:
+        rest = [a for a in args[1:] if a != "--force"]
+        if len(rest) != 2 or "://" not in rest[1]:
+            refuse("apptainer", f"pull needs DEST URI, got {rest!r}")
+        with open(rest[0], "w") as f:
+            f.write(f"SIF of {rest[1]}\n")
+        return 0
     if not args or args[0] != "exec":
-        refuse("apptainer", f"expected 'exec', got {args[:1]!r}")
+        refuse("apptainer", f"expected 'exec' or 'pull', got {args[:1]!r}")
     i = 1
     while i < len(args) and args[i].startswith("-"):
-        if args[i] == "--nv":
+        if args[i] in APPTAINER_FLAGS:
             i += 1
-        elif args[i] == "--bind" and i + 1 < len(args):
+        elif args[i] in APPTAINER_VALUED and i + 1 < len(args):
             i += 2
         else:
             refuse("apptainer", f"unknown option {args[i]!r}")
     cmd = args[i + 1 :]
     if i >= len(args) or not cmd:
         refuse("apptainer", "exec needs an image and a command")
-    os.execvp(cmd[0], cmd)
+    if not os.path.exists(args[i]) and os.environ.get("STANDIN_IMAGE_MUST_EXIST") == "1":
+        refuse("apptainer", f"image {args[i]!r} not found")
+    inside = {k[len("APPTAINERENV_") :]: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")}
+    os.execvpe(cmd[0], cmd, {**os.environ, **inside})
     return 127  # not reached
 
 
 def python3(args: list[str]) -> int:
     record_call("python3", args)
+    if args == ["-c", "import mldist"]:
+        bound = "/opt/mldist-host" in os.environ.get("PYTHONPATH", "").split(":")
+        return 1 if os.environ.get("STANDIN_NO_MLDIST") == "1" and not bound else 0
     if args[:1] == ["-c"]:
         print("standin-python3 3.0")
     elif args[:2] == ["-m", "pip"]:
         print("standin-package==1.0")
     elif args[:2] == ["-m", "mldist"]:
         print('{"standin": true}')
+    return 0
+
+
+def cpus(prog: str, args: list[str]) -> int:
+    """``nproc``: CPUs; ``lscpu -p=CORE,SOCKET``: one line per CPU, cores shared by their threads."""
+    n, cores = int(os.environ.get("STANDIN_NPROC", "8")), int(os.environ.get("STANDIN_CORES", "4"))
+    if prog == "nproc":
+        print(n)
+    elif args == ["-p=CORE,SOCKET"]:
+        print("# CPU topology (standin)")
+        for cpu in range(n):
+            print(f"{cpu % cores},0")
+    else:
+        refuse(prog, f"unexpected arguments {args!r}")
     return 0
 
 
@@ -329,7 +414,8 @@ def argv_recorder(args: list[str]) -> int:
             # Rank r saves for r seconds: the first rank's exit must not end the others.
             import time
 
-            rank = next((os.environ[k] for k in ("SLURM_PROCID", "PMI_RANK", "ALPS_APP_PE") if k in os.environ), "0")
+            ranks = ("SLURM_PROCID", "PMI_RANK", "ALPS_APP_PE", "OMPI_COMM_WORLD_RANK")
+            rank = next((os.environ[k] for k in ranks if k in os.environ), "0")
             time.sleep(float(rank))
             record("argv-recorder", event="saved")
         return 75
@@ -340,8 +426,8 @@ def argv_recorder(args: list[str]) -> int:
     return int(os.environ.get("STANDIN_EXIT", "0"))
 
 
-PROGRAMS: tuple[str, ...] = ("argv-recorder", "srun", "mpiexec", "aprun", "apptainer", "python3")
-PROGRAMS += ("module", "conda", "scontrol", "qsub", "sbatch")
+PROGRAMS: tuple[str, ...] = ("argv-recorder", "srun", "mpiexec", "aprun", "mpirun", "apptainer", "python3")
+PROGRAMS += ("module", "conda", "scontrol", "qsub", "sbatch", "nproc", "lscpu")
 
 
 def main(argv: list[str]) -> int:
@@ -357,6 +443,8 @@ def main(argv: list[str]) -> int:
         return python3(args)
     if prog == "argv-recorder":
         return argv_recorder(args)
+    if prog in ("nproc", "lscpu"):
+        return cpus(prog, args)
     return simple(prog, args)
 
 

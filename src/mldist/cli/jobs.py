@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,21 +18,29 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..launch.batch.launchers import LAUNCHERS
 from ..launch.batch.records import cancel, job_status, list_records, load_record, submit
 from ..launch.batch.render import render
 from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
 from ..launch.batch.sites import site_profile
-from ..launch.batch.spec import JobSpec
+from ..launch.batch.spec import GPU_REQUESTS, JobSpec
 from .common import MAX_SECONDS, Handler, add_command, command_after_dashes, count
 
 SUBMIT_EXAMPLE = """\
 example:
   mldist submit --nodes 2 --time 2:00:00 --venv .venv -- python train.py --epochs 10
   mldist submit --site polaris --nodes 4 --queue debug --account MYPROJ --dry-run -- python train.py
+  mldist submit --site theta --nodes 8 --time 1:00:00 --requeue -- python train.py
   mldist submit --requeue --time 4:00:00 --module tensorflow/2.21 -- python train.py
+  mldist submit --module cuda --env 'XLA_FLAGS=--xla_gpu_cuda_data_dir=${CUDA_PATH}' -- python train.py
+  mldist submit --container docker://tensorflow/tensorflow:2.16.1-gpu --gpus-per-node 4 -- python train.py
+  mldist submit --wrap 'vtune -collect hotspots -r {job_dir}/vtune-{rank} --' -- python train.py
 
-The script starts one process per task (srun, mpiexec or aprun), records the
-software environment in the output directory and writes one rank-R.log per rank.
+The script starts one process per task (srun, aprun, PALS mpiexec, Open MPI mpirun or
+Hydra mpiexec), records the software environment in the output directory and writes one
+rank-R.log per rank. Without --cpus-per-task the node's cores are shared among its ranks
+(the site's cores_per_node, else measured when the job starts). In --env values $NAME and
+${NAME} expand when the job starts, after the modules load; write $$ for a literal $.
 With --requeue, the workers get SIGUSR1 --grace seconds before the time limit;
 if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cobalt)."""
 
@@ -73,12 +82,14 @@ def _add_submit(sub: Any) -> None:
         ("--tasks-per-node", count(1, 1024), "tasks per node (default: one per GPU, else 1)"),
         ("--gpus-per-node", count(0, 64), "GPUs per node"),
         ("--cpus-per-task", count(1, 4096), "CPUs per task (threads per rank)"),
-        ("--hyperthreads", count(1, 8), "aprun -j (Cobalt)"),
+        ("--hyperthreads", count(1, 8), "hardware threads used per core (aprun -j; default: the site's, else 1)"),
+        ("--cores-per-node", count(1, 100_000), "physical cores per node (default: the site's, else measured)"),
         ("--grace", count(0, MAX_SECONDS), "seconds between the requeue signal and the time limit (default 90)"),
     ):
         p.add_argument(flag, type=kind, help=text)
     for flag, text in (
         ("--mem", "memory per node, e.g. 64G"),
+        ("--mem-per-cpu", "memory per CPU (Slurm), e.g. 4G"),
         ("--time", "time limit: M, H:MM:SS or D-HH:MM:SS"),
         ("--dependency", "e.g. afterok:4242"),
         ("--array", "e.g. 0-9"),
@@ -86,14 +97,25 @@ def _add_submit(sub: Any) -> None:
         ("--constraint", "node features (Slurm), --attrs (Cobalt)"),
         ("--venv", "activate this virtual environment"),
         ("--conda", "activate this conda environment"),
-        ("--container", "run every task in this Apptainer image"),
+        ("--container", "run every task in this Apptainer image: a .sif, or docker://... / library://... pulled once"),
+        ("--container-cache", "keep pulled images here (default: the job directory)"),
+        ("--wrap", "prefix each rank's command, e.g. 'nsys profile -o {job_dir}/r{rank} --' ({local_rank}, {job_id})"),
         ("--job-name", "job name (default mldist)"),
         ("--output-dir", "script, logs and environment record (default mldist-jobs/NAME-TIME)"),
     ):
         p.add_argument(flag, help=text)
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
-    p.add_argument("--module", action="append", dest="modules", help="module to load after 'module purge'")
+    p.add_argument("--launcher", choices=list(LAUNCHERS), help="how ranks start (default: the site's or scheduler's)")
+    p.add_argument("--gpu-request", choices=list(GPU_REQUESTS), help="Slurm GPUs per node, per task or in total")
+    p.add_argument("--module", action="append", dest="modules", help="module to load (repeatable)")
+    p.add_argument(
+        "--module-purge",
+        action=argparse.BooleanOptionalAction,
+        help="'module purge' before the loads (default: the site's, else no: Cray's aprun and mpi4py need theirs)",
+    )
+    p.add_argument("--env-source", action="append", help="shell file to source after the modules (repeatable)")
     p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
+    p.add_argument("--container-args", dest="container_args_text", help="extra 'apptainer exec' options ('--rocm')")
     p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
     p.add_argument("--directive", action="append", dest="directives", help="raw extra directive (repeatable)")
     p.add_argument("--requeue", action="store_true", default=None, help="save and requeue before the limit")
@@ -141,38 +163,83 @@ def _probe(argv: list[str]) -> str:
     return res.stdout + res.stderr
 
 
-_LISTS = ("modules", "binds", "directives")
+_LISTS = ("modules", "binds", "directives", "env_source", "container_args")
+_INT_OPTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "cores_per_node")
+_STR_OPTS: tuple[str, ...] = (
+    "time",
+    "dependency",
+    "array",
+    "account",
+    "constraint",
+    "queue",
+    "job_name",
+    "requeue",
+    "mem",
+)
+_STR_OPTS += ("mem_per_cpu", "launcher", "gpu_request", "module_purge")
+#: The mldist package that submits: bound into a container that has none.
+MLDIST_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _words(flag: str, text: str | None) -> tuple[str, ...]:
+    """A --wrap or --container-args value split as a shell would split it (quotes group)."""
+    if text is None:
+        return ()
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r} cannot be split into words: {exc}") from None
+
+
+def _local_path(value: str) -> str:
+    return str(Path(value).expanduser().absolute()) if "://" not in value else value
 
 
 def build_spec(args: argparse.Namespace, command: list[str], now: float | None = None) -> JobSpec:
     """The JobSpec from CLI options over a site profile over defaults."""
     opts: dict[str, Any] = dict(site_profile(args.site)) if args.site else {}
     env = dict(opts.pop("env", {}))
-    for key in ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "mem"):
-        if getattr(args, key) is not None:
+    partitions = opts.pop("partitions", {})
+    for key in (*_INT_OPTS, *_STR_OPTS):
+        if getattr(args, key, None) is not None:
             opts[key] = getattr(args, key)
-    for key in ("time", "dependency", "array", "account", "constraint", "queue", "job_name", "requeue"):
-        if getattr(args, key) is not None:
-            opts[key] = getattr(args, key)
+    if opts.get("queue") is None and partitions:
+        opts["queue"] = partitions.get("gpu" if opts.get("gpus_per_node") else "cpu")
     for key in _LISTS:
-        opts[key] = tuple(opts.get(key, ())) + tuple(getattr(args, key) or ())
+        opts[key] = tuple(opts.get(key, ())) + tuple(getattr(args, key, None) or ())
+    opts["container_args"] += _words("--container-args", getattr(args, "container_args_text", None))
+    if getattr(args, "wrap", None) is not None:
+        opts["wrap"] = _words("--wrap", args.wrap)
+    opts["wrap"] = tuple(opts.get("wrap", ()))
     env.update(dict(args.env or ()))
     opts["env"] = tuple(env.items())
     opts["unset"] = tuple(opts.get("unset", ()))
     opts["scheduler"] = args.scheduler or opts.get("scheduler") or detect_scheduler(shutil.which, _probe)
-    for key in ("venv", "container"):
-        value = getattr(args, key)
-        if value is not None:
-            opts[key] = str(Path(value).expanduser().absolute()) if "://" not in value else value
-    if args.conda is not None:
-        opts["conda"] = args.conda
-    if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
-        raise ConfigError(f"--venv {opts['venv']!r} has no bin/activate; create it or fix the path")
+    _paths(args, opts)
     name = opts.get("job_name", "mldist")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     out = args.output_dir or f"mldist-jobs/{name}-{stamp}"
     opts["output_dir"] = str(Path(out).expanduser().absolute())
     return JobSpec(command=tuple(command), **opts)
+
+
+def _paths(args: argparse.Namespace, opts: dict[str, Any]) -> None:
+    """Absolute paths for --venv, --container and friends; the files a job needs must exist."""
+    for key in ("venv", "container", "container_cache"):
+        value = getattr(args, key, None)
+        if value is not None:
+            opts[key] = _local_path(value)
+    if args.conda is not None:
+        opts["conda"] = args.conda
+    if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
+        raise ConfigError(f"--venv {opts['venv']!r} has no bin/activate; create it (mldist build-env) or fix the path")
+    sources = tuple(_local_path(f) for f in opts["env_source"])
+    for path in sources:
+        if not Path(path).is_file():
+            raise ConfigError(f"--env-source {path!r} is not a file; give the setup script's path")
+    opts["env_source"] = sources
+    if opts.get("container"):
+        opts["mldist_path"] = str(MLDIST_PACKAGE)
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:

@@ -29,11 +29,26 @@ from mldist.launch.batch.spec import JobSpec
 
 STANDIN = TESTS / "standins" / "standin.py"
 
-PROGRAMS: tuple[str, ...] = ("argv-recorder", "srun", "mpiexec", "aprun", "apptainer", "python3")
-PROGRAMS += ("module", "conda", "scontrol", "qsub", "sbatch")
+PROGRAMS: tuple[str, ...] = ("argv-recorder", "srun", "mpiexec", "aprun", "mpirun", "apptainer", "python3")
+PROGRAMS += ("module", "conda", "scontrol", "qsub", "sbatch", "nproc", "lscpu")
 
 CMD = ("argv-recorder", "train.py", "--epochs", "3")
 LAUNCHER = {"slurm": "srun", "pbs": "mpiexec", "cobalt": "aprun"}
+#: Per --launcher: the program, and the variables its tasks read their rank and the world size from.
+PROG_OF = {"srun": "srun", "aprun": "aprun", "pals": "mpiexec", "openmpi": "mpirun", "hydra": "mpiexec"}
+RANK_OF = {"srun": "SLURM_PROCID", "aprun": "ALPS_APP_PE", "pals": "PMI_RANK", "hydra": "PMI_RANK"}
+RANK_OF |= {"openmpi": "OMPI_COMM_WORLD_RANK"}
+SIZE_OF = {"srun": "SLURM_NTASKS", "aprun": "MLDIST_SIZE", "pals": "PMI_SIZE", "hydra": "PMI_SIZE"}
+SIZE_OF |= {"openmpi": "OMPI_COMM_WORLD_SIZE"}
+#: What the stand-ins' nproc and lscpu report (base_env): 8 CPUs, 4 cores.
+NPROC, CORES = 8, 4
+
+
+def measured(tasks: int, hyperthreads: int = 1) -> int:
+    """Threads per rank the script computes from the stand-ins' node (no --cpus-per-task)."""
+    return max(1, min(CORES * hyperthreads, NPROC) // tasks)
+
+
 PREFIX = {"slurm": "#SBATCH", "pbs": "#PBS", "cobalt": "#COBALT"}
 JOB_ID = {"slurm": ("SLURM_JOB_ID", "4242"), "pbs": ("PBS_JOBID", "77.pbs"), "cobalt": ("COBALT_JOBID", "88")}
 RANK_VAR = {"slurm": "SLURM_PROCID", "pbs": "PMI_RANK", "cobalt": "ALPS_APP_PE"}
@@ -171,6 +186,7 @@ def base_env(bindir: Path, log: Path, tmp: Path) -> dict[str, str]:
         env.pop(key, None)
     (tmp / "tmpdir").mkdir(exist_ok=True)
     env.update(PATH=f"{bindir}:{os.environ['PATH']}", MLDIST_STANDIN_LOG=str(log), TMPDIR=str(tmp / "tmpdir"))
+    env.update(STANDIN_NPROC=str(NPROC), STANDIN_CORES=str(CORES))
     return env
 
 
@@ -281,31 +297,41 @@ def check_consistency(scheduler: str, directives: list[Any], launch: list[str]) 
         s = dict(a[2:].split("=", 1) for a in launch)
         assert s["nodes"] == d["nodes"] and s["ntasks-per-node"] == d["ntasks-per-node"]
         assert int(s["ntasks"]) == int(d["nodes"]) * int(d["ntasks-per-node"])
-        assert s.get("cpus-per-task") == d.get("cpus-per-task")
+        if "cpus-per-task" in d:
+            assert s["cpus-per-task"] == d["cpus-per-task"]
+        else:  # measured when the job starts, on whole nodes
+            assert "--exclusive" in directives and s["cpus-per-task"].isdigit()
     elif scheduler == "pbs":
         chunk = next(v for f, v in directives if f == "-l" and v.startswith("select="))
         select = dict(kv.split("=") for kv in chunk.split(":"))
         opts = dict(zip(launch[::2], launch[1::2], strict=True))
         assert int(opts["-n"]) == int(select["select"]) * int(select["mpiprocs"])
         assert opts["--ppn"] == select["mpiprocs"]
-        assert int(select["ncpus"]) == int(select["mpiprocs"]) * int(opts["--depth"])
+        if "ncpus" in select:
+            assert int(select["ncpus"]) == int(select["mpiprocs"]) * int(opts["--depth"])
+        else:  # measured when the job starts, on whole nodes
+            assert ("-l", "place=scatter:excl") in directives
     else:
         opts = dict(zip(launch[::2], launch[1::2], strict=False))
         assert int(opts["-n"]) == int(dict(directives)["-n"]) * int(opts["-N"])
 
 
-def slurm_base(out: str, tasks: int = 1, nodes: int = 1, name: str = "mldist") -> list[str]:
+def slurm_base(out: str, tasks: int = 1, nodes: int = 1, name: str = "mldist", exclusive: bool = True) -> list[str]:
+    """The directives of every Slurm job; ``--exclusive`` when the threads are measured at the start."""
     return [
         f"--job-name={name}",
         f"--nodes={nodes}",
         f"--ntasks-per-node={tasks}",
         f"--output={out}/job-%j.out",
         "--open-mode=append",
+        *(["--exclusive"] if exclusive else []),
     ]
 
 
-def pbs_base(out: str, select: str = "select=1:ncpus=1:mpiprocs=1", name: str = "mldist") -> list[tuple[str, str]]:
-    return [("-N", name), ("-l", select), ("-l", "place=scatter"), ("-o", f"{out}/job.out"), ("-j", "oe")]
+def pbs_base(out: str, select: str = "select=1:mpiprocs=1", name: str = "mldist") -> list[tuple[str, str]]:
+    """The directives of every PBS job; whole nodes (``excl``) when the select has no ncpus."""
+    place = "place=scatter" if ":ncpus=" in select else "place=scatter:excl"
+    return [("-N", name), ("-l", select), ("-l", place), ("-o", f"{out}/job.out"), ("-j", "oe")]
 
 
 def cobalt_base(out: str, nodes: int = 1) -> list[tuple[str, str]]:
@@ -324,10 +350,14 @@ def aprun_env(size: int, local: int, threads: int) -> list[str]:
 
 
 BASE: dict[str, Callable[[str], list[Any]]] = {"slurm": slurm_base, "pbs": pbs_base, "cobalt": cobalt_base}
+#: One rank on one node, threads measured: all 4 cores of the stand-ins' node.
 LAUNCH_1 = {
-    "slurm": ["--kill-on-bad-exit=1", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"],
-    "pbs": ["-n", "1", "--ppn", "1", "--depth", "1", "--cpu-bind", "depth"],
-    "cobalt": ["-n", "1", "-N", "1", "-d", "1", "-j", "1", "-cc", "depth", *aprun_env(1, 1, 1)],
+    "slurm": [
+        *["--kill-on-bad-exit=1", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1"],
+        *["--cpus-per-task=4", "--cpu-bind=cores"],
+    ],
+    "pbs": ["-n", "1", "--ppn", "1", "--depth", "4", "--cpu-bind", "depth"],
+    "cobalt": ["-n", "1", "-N", "1", "-d", "4", "-j", "1", "-cc", "depth", *aprun_env(1, 1, 4)],
 }
 
 
@@ -346,29 +376,34 @@ def fake_venv(venv: Path) -> Path:
     return venv
 
 
+def rank_launches(job: Job) -> list[list[str]]:
+    """argv of the launcher calls that start the ranks (not aprun's one-rank core count probe)."""
+    return [a for a in job.argvs(PROG_OF[job.spec.launcher_name]) if "mldist-rank" in a]
+
+
 def check_job_ran(job: Job, launch: list[str], container: list[str], command: tuple[str, ...] = CMD) -> None:
     """What every successful run must show: one launch, each task once with its rank, logs, the record."""
     s = job.spec
-    sched = s.scheduler
+    sched, prog = s.scheduler, PROG_OF[s.launcher_name]
     assert job.returncode == 0, job.explain()
     assert job.stdout.splitlines()[-1] == "mldist: job step ended with exit code 0"
     assert job.leftovers == []
 
-    launches = job.calls(LAUNCHER[sched])
-    assert [r["argv"] for r in launches] == [[*launch, "bash", "-c", RANK_WRAPPER, "mldist-rank", *container, *command]]
-    assert job.events(LAUNCHER[sched], "exit")[0]["codes"] == [0] * s.total_tasks
+    wrapper = ["bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap)), *s.wrap]
+    assert rank_launches(job) == [[*launch, *wrapper, *container, *command]]
+    assert job.events(prog, "exit")[-1]["codes"] == [0] * s.total_tasks
 
     tasks = job.calls(command[0])
     assert len(tasks) == s.total_tasks
     assert all(t["argv"] == list(command[1:]) for t in tasks)
-    assert sorted(int(t["env"][RANK_VAR[sched]]) for t in tasks) == list(range(s.total_tasks))
-    assert {t["env"][SIZE_VAR[sched]] for t in tasks} == {str(s.total_tasks)}
+    assert sorted(int(t["env"][RANK_OF[s.launcher_name]]) for t in tasks) == list(range(s.total_tasks))
+    assert {t["env"][SIZE_OF[s.launcher_name]] for t in tasks} == {str(s.total_tasks)}
 
     logs = sorted(p.name for p in job.jobdir.glob("rank-*.log"))
     assert logs == sorted(f"rank-{r}.log" for r in range(s.total_tasks))
     for r in range(s.total_tasks):
         seen = json.loads((job.jobdir / f"rank-{r}.log").read_text().splitlines()[-1])
-        assert seen["env"][RANK_VAR[sched]] == str(r)
+        assert seen["env"][RANK_OF[s.launcher_name]] == str(r)
 
     _, job_id = JOB_ID[sched]
     record = job.jobdir / f"environment-{job_id}.txt"

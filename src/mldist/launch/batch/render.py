@@ -25,7 +25,9 @@ import shlex
 
 from ...errors import REQUEUE_CODE
 from ...placement.resources import REDACTED, SECRET_SUFFIXES, SECRET_WORDS
+from .launchers import LAUNCHERS, Raw, Shell, launch_argv, thread_lines
 from .schedulers import Scheduler, scheduler
+from .software import activate_lines, container_lines, container_prefix, env_lines, module_lines, source_lines
 from .spec import JobSpec
 
 q = shlex.quote
@@ -40,7 +42,13 @@ q = shlex.quote
 # rank that exits 75 first must not look like a failure to `srun
 # --kill-on-bad-exit=1` (or mpiexec), which would kill the ranks still saving.
 RANK_WRAPPER = (
-    'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; c=""; '
+    'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; '
+    'l="${OMPI_COMM_WORLD_LOCAL_RANK:-${PALS_LOCAL_RANKID:-${MPI_LOCALRANKID:-${SLURM_LOCALID:-'
+    '$((r % ${MLDIST_LOCAL_SIZE:-1}))}}}}"; '
+    # The first $1 words (--wrap) get {rank}, {local_rank}, {job_id}, {job_dir}; quoted replacements are literal.
+    'n=$1; shift; w=(); while [ "$n" -gt 0 ]; do a=$1; shift; n=$((n - 1)); a=${a//\\{rank\\}/"$r"}; '
+    'a=${a//\\{local_rank\\}/"$l"}; a=${a//\\{job_id\\}/"${MLDIST_JOB_ID:-}"}; '
+    'a=${a//\\{job_dir\\}/"$MLDIST_JOB_DIR"}; w+=("$a"); done; set -- ${w[@]+"${w[@]}"} "$@"; c=""; '
     """trap 't=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null' USR1; """
     """trap 't=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null' TERM; """
     '"$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; '
@@ -51,47 +59,11 @@ RANK_WRAPPER = (
 )
 
 
-def _not_an_option(path: str) -> str:
-    # A relative path like "-venv" would be read as an option by source/apptainer.
-    return "./" + path if path.startswith("-") else path
-
-
-def _environment(s: JobSpec) -> list[str]:
-    lines = []
-    if s.unset:
-        lines.append("unset " + " ".join(s.unset))
-    if s.modules:
-        lines += [
-            "if ! command -v module >/dev/null 2>&1; then",
-            '  for f in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh; do [ -r "$f" ] && . "$f"; done',
-            "fi",
-            "module purge",
-            *(f"module load {q(m)}" for m in s.modules),
-        ]
-    if s.venv:
-        lines.append(f"source {q(_not_an_option(s.venv.rstrip('/') + '/bin/activate'))}")
-    if s.conda:
-        lines += ['eval "$(conda shell.bash hook)"', f"conda activate {q(s.conda)}"]
-    threads = str(s.cpus_per_task or 1)
-    lines += [f"export OMP_NUM_THREADS={threads} MLDIST_CPUS_PER_TASK={threads}"]
-    lines += [f"export {k}={q(v)}" for k, v in s.env]
-    if s.container:
-        lines.append('export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-${TMPDIR:-/tmp}/apptainer-cache-$(id -u)}"')
-    return lines
-
-
-def _container_prefix(s: JobSpec) -> list[str]:
-    if not s.container:
-        return []
-    argv = ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else [])
-    for path in ("$PWD", "$MLDIST_JOB_DIR", *s.binds):
-        argv += ["--bind", path]
-    return [*argv, _not_an_option(s.container)]
-
-
-def _word(arg: str) -> str:
-    # $PWD and $MLDIST_JOB_DIR are the only words meant to expand.
-    return f'"{arg}"' if arg in ("$PWD", "$MLDIST_JOB_DIR") else q(arg)
+def word(arg: str) -> str:
+    """One argv word in the script: :class:`Shell` words in double quotes, :class:`Raw` as is, others quoted."""
+    if isinstance(arg, Raw):
+        return str(arg)
+    return f'"{arg}"' if isinstance(arg, Shell) else q(arg)
 
 
 def header(s: JobSpec, sched: Scheduler) -> list[str]:
@@ -99,6 +71,8 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
     lines = ["#!/bin/bash", *sched.directive_lines(s), "# Written by mldist submit.", "set -uo pipefail"]
     lines += ["umask 077  # what the job writes is owner-only (logs, records, outputs)"]
     lines += [sched.workdir] if sched.workdir else []
+    # Until the ranks start, a save signal is only noted: bash's default for USR1 would end the script.
+    lines += ["trap 'mldist_early_usr1=1' USR1"] if s.requeue else []
     return [
         *lines,
         f"export MLDIST_JOB_DIR={q(s.output_dir)}",
@@ -106,6 +80,7 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
         'export MLDIST_RUN_DIR="$MLDIST_JOB_DIR/run"',
         'export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"',
         f'job_id="${{{sched.job_id_var}:-local}}"',
+        'export MLDIST_JOB_ID="$job_id"',
         'mkdir -p "$MLDIST_JOB_DIR"',
         # Ranks that exit with the requeue code leave a marker here (see RANK_WRAPPER).
         'export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"',
@@ -145,14 +120,14 @@ def environment_record(s: JobSpec) -> list[str]:
 
     Written through :func:`redaction_sed`, owner-only (the script's umask).
     """
-    py = " ".join(_word(a) for a in [*_container_prefix(s), "python3"])  # the tasks' python
+    py = " ".join(word(a) for a in [*container_prefix(s), "python3"])  # the tasks' python
     sed = [f"  -e {q(program)}" for program in redaction_sed()]
     return [
         "{",
         '  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"',
         '  echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1',
         f'  echo "## python"; {py} -c "import sys; print(sys.executable, sys.version)"',
-        f'  echo "## pip freeze"; {py} -m pip freeze',
+        f'  echo "## pip freeze"; {py} -m pip freeze || echo "(no pip here)"',
         f'  echo "## mldist env"; {py} -m mldist env --json --no-tensorflow',
         "} 2>&1 | sed -E \\",
         *(line + " \\" for line in sed[:-1]),
@@ -160,21 +135,34 @@ def environment_record(s: JobSpec) -> list[str]:
     ]
 
 
-def launch_step(s: JobSpec, sched: Scheduler) -> list[str]:
-    """Start the tasks in the background and wait for them, relaying TERM/INT (and USR1 with requeue)."""
-    words = [*sched.launch(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", *_container_prefix(s)]
-    run = " ".join(_word(a) for a in words)
+def launch_step(s: JobSpec) -> list[str]:
+    """Start the ranks in the background and wait for them, relaying TERM/INT (and USR1 with requeue).
+
+    The rank wrapper gets the number of ``--wrap`` words first, then those words, the container
+    prefix and the command.
+    """
+    words = [*launch_argv(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap)), *s.wrap]
+    run = " ".join(word(a) for a in [*words, *container_prefix(s), *s.command])
     lines = [
-        f"{run} {' '.join(q(a) for a in s.command)} &",
+        f"{run} &",
         "child=$!",
         "trap 't=1; kill -TERM \"$child\" 2>/dev/null' TERM INT",
     ]
     if s.requeue:
         lines.append('trap \'t=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"\' USR1')
     # A trapped signal interrupts wait: wait again until the step's own status is in (see RANK_WRAPPER).
+    lines.append(
+        'code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done'
+    )
+    if not s.requeue:
+        return lines
+    # USR1 before the ranks started (a grace period longer than the time left): nothing ran, nothing to save.
     return [
-        *lines,
-        'code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done',
+        'if [ -n "${mldist_early_usr1:-}" ]; then',
+        f'  echo "mldist: USR1 came before the workers started: requeueing without starting them"; code={REQUEUE_CODE}',
+        "else",
+        *("  " + line for line in lines),
+        "fi",
     ]
 
 
@@ -212,8 +200,12 @@ def render(s: JobSpec) -> str:
     """
     sched = scheduler(s.scheduler)
     timer = bool(s.requeue and sched.own_timer and s.time_seconds)
-    lines = [*header(s, sched), *_environment(s), *environment_record(s)]
+    lines = header(s, sched)
+    # The save timer starts first, so module loads and the record do not eat into the grace period.
     lines += own_timer(s) if timer else []
-    lines += launch_step(s, sched)
+    lines += ["unset " + " ".join(s.unset)] if s.unset else []
+    lines += [*module_lines(s), *source_lines(s), *activate_lines(s), *thread_lines(s), *env_lines(s)]
+    lines += [*LAUNCHERS[s.launcher_name].setup(s), *container_lines(s, word), *environment_record(s)]
+    lines += launch_step(s)
     lines += ['kill "$watcher" 2>/dev/null'] if timer else []
     return "\n".join(lines + requeue_tail(s, sched))

@@ -4,12 +4,17 @@ Profiles come from, in increasing priority: the built-in ones below (from
 centre documentation; verify against your site), ``~/.config/mldist/sites.toml``
 and ``./mldist-sites.toml``. Command-line options override a profile.
 
+A profile sets any ``mldist submit`` option by its Python name (``cores_per_node``,
+``tasks_per_node``, ``hyperthreads``, ``launcher``, ``module_purge``, ``mem``,
+``mem_per_cpu``, ``gpu_request``, ``env``, ...), plus ``partitions`` (the queue for
+CPU-only and for GPU jobs) and ``extends`` (start from another profile; its
+``env`` and ``partitions`` tables are merged, other options replaced).
+
 Example file::
 
     [sites.mycluster]
-    scheduler = "slurm"
+    extends = "polaris"
     queue = "gpu"
-    gpus_per_node = 4
     modules = ["cuda/12.4", "python/3.11"]
     unset = ["http_proxy", "https_proxy"]
     [sites.mycluster.env]
@@ -42,9 +47,12 @@ _LIBFABRIC = {
 BUILTIN: dict[str, dict[str, Any]] = {
     "polaris": {
         "scheduler": "pbs",
+        "launcher": "pals",
         "gpus_per_node": 4,
         "tasks_per_node": 4,
-        "cpus_per_task": 8,
+        "cores_per_node": 32,
+        "hyperthreads": 2,  # mpiexec --depth 16 for 4 ranks, as the guide
+        "module_purge": False,
         "directives": ["-l filesystems=home:eagle"],
         "env": {
             "NCCL_NET_GDR_LEVEL": "PHB",
@@ -93,17 +101,35 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "env": {"FI_MR_CACHE_MONITOR": "userfaultfd"},
     },
     "saga": {
+        # Sigma2 Saga: GPUs one per rank on the accel partition, memory per CPU.
         "scheduler": "slurm",
-        "queue": "accel",
+        "partitions": {"cpu": "normal", "gpu": "accel"},
+        "gpu_request": "task",
+        "mem_per_cpu": "8G",
+        "module_purge": True,
         "env": {"OMPI_MCA_btl": "^openib", "OMPI_MCA_pml": "ob1"},
     },
     "theta": {
+        # ALCF Theta (KNL, 64 cores): 4 ranks per node, aprun -d 32 -j 2 -cc depth, OMP_NUM_THREADS=32.
+        # No module purge: it would unload the Cray programming environment aprun and mpi4py need.
         "scheduler": "cobalt",
-        "tasks_per_node": 1,
-        "cpus_per_task": 64,
+        "launcher": "aprun",
+        "tasks_per_node": 4,
+        "cores_per_node": 64,
         "hyperthreads": 2,
+        "module_purge": False,
         "constraint": "mcdram=cache:numa=quad",
         "env": {"KMP_BLOCKTIME": "0", "KMP_AFFINITY": "granularity=fine,compact,1,0"},
+    },
+    "thetagpu": {
+        # ALCF ThetaGPU (DGX A100: 8 GPUs, 128 cores): Cobalt qsub, Open MPI mpirun -np 8 per node.
+        "scheduler": "cobalt",
+        "launcher": "openmpi",
+        "queue": "full-node",
+        "gpus_per_node": 8,
+        "tasks_per_node": 8,
+        "cores_per_node": 128,
+        "module_purge": False,
     },
     "apptainer-slurm": {
         "scheduler": "slurm",
@@ -111,7 +137,9 @@ BUILTIN: dict[str, dict[str, Any]] = {
     },
 }
 
-_KEYS = set(spec_fields())
+#: Options only a profile has: the queue per kind of job, and the profile it starts from.
+PROFILE_ONLY = ("partitions", "extends")
+_KEYS = (set(spec_fields()) - {"mldist_path"}) | set(PROFILE_ONLY)
 
 
 def site_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
@@ -121,8 +149,9 @@ def site_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
 
 
 #: What each profile option must hold, by TOML type; every other option is a string.
-_INTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace")
-_LISTS = ("directives", "modules", "binds", "unset")
+_INTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "cores_per_node")
+_LISTS = ("directives", "modules", "binds", "unset", "wrap", "env_source", "container_args")
+_BOOLS = ("requeue", "module_purge")
 
 
 def _kind_error(key: str, value: Any) -> str | None:
@@ -136,8 +165,13 @@ def _kind_error(key: str, value: Any) -> str | None:
     if key == "env":
         ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
         return None if ok else "env must be a table of strings"
-    if key == "requeue":
-        return None if isinstance(value, bool) else "requeue must be true or false"
+    if key == "partitions":
+        ok = (
+            isinstance(value, dict) and set(value) <= {"cpu", "gpu"} and all(isinstance(v, str) for v in value.values())
+        )
+        return None if ok else 'partitions must be a table like {cpu = "normal", gpu = "accel"}'
+    if key in _BOOLS:
+        return None if isinstance(value, bool) else f"{key} must be true or false"
     return None if isinstance(value, str) else f'{key} must be a string, e.g. {key} = "..."'
 
 
@@ -177,7 +211,29 @@ def load_sites(env: Mapping[str, str] | None = None, cwd: Path | None = None) ->
             if not isinstance(profile, dict):
                 raise ConfigError(f"site file {path}: [sites.{name}] must be a table")
             sites[name] = _check_profile(name, profile, str(path))
-    return sites
+    return {name: _resolve(name, sites, ()) for name in sites}
+
+
+#: Tables an extending profile merges with its base's (other options replace).
+_MERGED = ("env", "partitions")
+
+
+def _resolve(name: str, sites: Mapping[str, Mapping[str, Any]], seen: tuple[str, ...]) -> dict[str, Any]:
+    """Profile ``name`` with its ``extends`` chain applied."""
+    profile = dict(sites[name])
+    base_name = profile.pop("extends", None)
+    if base_name is None:
+        return profile
+    if base_name in (*seen, name):
+        raise ConfigError(f"site {name!r}: extends forms a loop ({' -> '.join((*seen, name, base_name))})")
+    if base_name not in sites:
+        raise ConfigError(
+            f"site {name!r} extends {base_name!r}, which is not defined; known: {', '.join(sorted(sites))}"
+        )
+    merged = _resolve(base_name, sites, (*seen, name))
+    for key, value in profile.items():
+        merged[key] = {**merged.get(key, {}), **value} if key in _MERGED else value
+    return merged
 
 
 def site_profile(name: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> dict[str, Any]:

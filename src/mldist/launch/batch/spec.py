@@ -24,6 +24,11 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 _WORD = re.compile(r"[A-Za-z0-9_.:,+=@/-]+")
 _MEM = re.compile(r"\d+[KMGT]?B?", re.IGNORECASE)
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Images apptainer pulls; anything else in --container is a local SIF path.
+URI = re.compile(r"(docker|library|oras|shub)://[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+#: The placeholders --wrap fills in per rank.
+WRAP_FIELDS = ("rank", "local_rank", "job_id", "job_dir")
+GPU_REQUESTS = ("node", "task", "total")
 _TIME = re.compile(r"(?:([0-9]{1,3})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")
 #: The longest wall time accepted: a year (a longer one is a typo).
 MAX_TIME_SECONDS = 365 * 86400
@@ -85,7 +90,20 @@ class JobSpec:
         binds: extra directories bound into the container.
         requeue: signal before the time limit and requeue on exit code 75.
         grace: seconds between that signal and the time limit.
-        hyperthreads: aprun ``-j`` (Cobalt).
+        hyperthreads: hardware threads used per core (aprun ``-j``); threads per rank count them.
+        launcher: srun, aprun, pals, openmpi or hydra (default: the scheduler's).
+        cores_per_node: physical cores of a node; without it (and ``cpus_per_task``) the
+            job measures them when it starts. Threads per rank = cores x hyperthreads / tasks.
+        module_purge: ``module purge`` before the ``modules`` load.
+        mem_per_cpu: Slurm ``--mem-per-cpu``.
+        gpu_request: how Slurm is asked for GPUs: "node" (``--gpus-per-node``), "task"
+            (``--gpus-per-task=1``, one GPU per rank) or "total" (``--gpus``).
+        wrap: words before each rank's command (a profiler); ``{rank}``, ``{local_rank}``,
+            ``{job_id}`` and ``{job_dir}`` are filled in per rank.
+        env_source: shell files sourced after the modules load (e.g. a tool's ``vars.sh``).
+        container_args: extra ``apptainer exec`` options (binds, ``--rocm``, ...).
+        container_cache: where a pulled ``docker://``/``library://`` image is kept (default: the job directory).
+        mldist_path: the submitting mldist package, bound into a container that has none.
     """
 
     command: tuple[str, ...]
@@ -114,6 +132,16 @@ class JobSpec:
     requeue: bool = False
     grace: int = 90
     hyperthreads: int = 1
+    launcher: str | None = None
+    cores_per_node: int | None = None
+    module_purge: bool = False
+    mem_per_cpu: str | None = None
+    gpu_request: str = "node"
+    wrap: tuple[str, ...] = ()
+    env_source: tuple[str, ...] = ()
+    container_args: tuple[str, ...] = ()
+    container_cache: str | None = None
+    mldist_path: str | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -129,6 +157,27 @@ class JobSpec:
     def total_tasks(self) -> int:
         """Tasks in the whole job."""
         return self.nodes * self.tasks
+
+    @property
+    def threads(self) -> int | None:
+        """Threads per rank known when the script is written, or None: measured when the job starts."""
+        if self.cpus_per_task:
+            return self.cpus_per_task
+        if self.cores_per_node:
+            return max(1, self.cores_per_node * self.hyperthreads // self.tasks)
+        return None
+
+    @property
+    def launcher_name(self) -> str:
+        """The launcher that starts the ranks: ``launcher``, else the scheduler's own."""
+        from .schedulers import scheduler  # the schedulers import this module
+
+        return self.launcher or scheduler(self.scheduler).launcher
+
+    @property
+    def remote_image(self) -> bool:
+        """True when ``container`` is an image to pull (``docker://``, ``library://``, ...)."""
+        return bool(self.container and URI.fullmatch(self.container))
 
     @property
     def time_seconds(self) -> int | None:
@@ -160,6 +209,7 @@ def _validate(s: JobSpec) -> None:
         ("--nodes", s.nodes),
         ("--tasks-per-node", s.tasks),
         ("--hyperthreads", s.hyperthreads),
+        ("--cores-per-node", s.cores_per_node or 1),
     ):
         if value < 1:
             raise ConfigError(f"{name} {value} must be at least 1")
@@ -182,6 +232,8 @@ def _validate(s: JobSpec) -> None:
     ):
         _check(word, _WORD, what, plain)
     _check(s.mem, _MEM, "--mem", "give a size like 32G or 4000M")
+    _check(s.mem_per_cpu, _MEM, "--mem-per-cpu", "give a size like 4G or 4000M")
+    _validate_recipe(s)
     if s.time is not None:
         parse_time(s.time)
     for d in s.directives:
@@ -196,8 +248,8 @@ def _validate(s: JobSpec) -> None:
             raise ConfigError(f"unset {key!r} is not a variable name")
     if s.venv and s.conda:
         raise ConfigError("--venv and --conda exclude each other; pick one")
-    texts = [*s.command, *s.modules, *s.binds, *(v for _, v in s.env)]
-    texts += [t for t in (s.venv, s.conda, s.container) if t]
+    texts = [*s.command, *s.modules, *s.binds, *(v for _, v in s.env), *s.wrap, *s.env_source, *s.container_args]
+    texts += [t for t in (s.venv, s.conda, s.container, s.container_cache, s.mldist_path) if t]
     for text in texts:
         if "\0" in text:
             raise ConfigError(f"{text!r} contains a NUL byte, which no shell can pass on")
@@ -205,6 +257,37 @@ def _validate(s: JobSpec) -> None:
         raise ConfigError("--requeue needs --time: the signal is sent --grace seconds before the limit")
     if s.requeue and s.time_seconds is not None and s.grace >= s.time_seconds:
         raise ConfigError(f"--grace {s.grace} s is not shorter than --time {s.time}")
+
+
+def _validate_recipe(s: JobSpec) -> None:
+    """The launcher, GPU request, --wrap placeholders, container image and job-time --env values."""
+    from .expand import pieces
+    from .launchers import LAUNCHERS
+
+    if s.launcher is not None and s.launcher not in LAUNCHERS:
+        raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if s.gpu_request not in GPU_REQUESTS:
+        raise ConfigError(f"--gpu-request {s.gpu_request!r} is not one of {', '.join(GPU_REQUESTS)}")
+    if s.gpu_request == "task" and s.gpus_per_node and s.gpus_per_node != s.tasks:
+        raise ConfigError(
+            f"--gpu-request task gives each rank one GPU: --tasks-per-node {s.tasks} must equal "
+            f"--gpus-per-node {s.gpus_per_node}"
+        )
+    for word in s.wrap:
+        for name in re.findall(r"\{([^{}]*)\}", word):
+            if name not in WRAP_FIELDS:
+                known = ", ".join("{" + f + "}" for f in WRAP_FIELDS)
+                raise ConfigError(f"--wrap {word!r}: unknown placeholder {{{name}}}; known: {known}")
+    if s.container and "://" in s.container and not URI.fullmatch(s.container):
+        raise ConfigError(
+            f"--container {s.container!r} is refused: give a local .sif path or docker://, library://, oras:// "
+            "followed by letters, digits and ._/:@+- (e.g. docker://tensorflow/tensorflow:2.16.1-gpu)"
+        )
+    for key, value in s.env:
+        try:
+            pieces(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
 
 
 def spec_fields() -> list[str]:

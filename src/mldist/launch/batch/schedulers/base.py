@@ -57,7 +57,8 @@ class Scheduler:
         name: the ``--scheduler`` value.
         prefix, separator: directive lines are ``prefix flag<separator>value``.
         directives: the job's directive rows (raises ConfigError for what the scheduler cannot do).
-        launch: argv that starts one task per rank (srun, mpiexec, aprun).
+        launcher: the default ``--launcher`` (see ``launchers.LAUNCHERS``).
+        nodefile: the variable naming the job's node file (for mpirun/Hydra), if any.
         job_id_var: the variable holding the job id inside the job.
         workdir: a script line that enters the submit directory, or "".
         resubmit: the script line that requeues the job after exit code 75.
@@ -75,7 +76,7 @@ class Scheduler:
     prefix: str
     separator: str
     directives: Callable[[JobSpec], list[Row]]
-    launch: Callable[[JobSpec], list[str]]
+    launcher: str
     job_id_var: str
     workdir: str
     resubmit: str
@@ -87,6 +88,7 @@ class Scheduler:
     cancel: Callable[[str], list[str]] = lambda job_id: ["qdel", job_id]
     parse_job_id: Callable[[str], str] = lambda out: last_line(out).split()[-1]
     probes: tuple[tuple[tuple[str, ...], str], ...] = ()
+    nodefile: str | None = None
     path_forbidden: str = "\"\\%\n\r\0 \t#'"
 
     def directive_lines(self, spec: JobSpec) -> list[str]:

@@ -1,9 +1,12 @@
-"""Cobalt (ALCF Theta): ``#COBALT`` directives, ALPS ``aprun`` tasks, ``qstat -f`` for state.
+"""Cobalt (ALCF Theta, ThetaGPU): ``#COBALT`` directives, ``qstat -f`` for state.
+
+Theta's ranks start with ALPS ``aprun`` (the default launcher); ThetaGPU's with
+Open MPI's ``mpirun`` (``--launcher openmpi``), which is also what allows GPUs.
 
 Example:
     >>> from mldist.launch.batch.spec import JobSpec
-    >>> COBALT.launch(JobSpec(command=("true",), scheduler="cobalt", nodes=2))[:5]
-    ['aprun', '-n', '2', '-N', '1']
+    >>> COBALT.directive_lines(JobSpec(command=("true",), scheduler="cobalt", nodes=2, output_dir="/o"))
+    ['#COBALT -n 2', '#COBALT -O /o/job']
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ _STATES = {"queued": "PENDING", "user_hold": "PENDING", "running": "RUNNING", "e
 
 def directives(s: JobSpec) -> list[Row]:
     """The ``#COBALT`` rows of a job."""
-    for value, name in ((s.array, "--array"), (s.mem, "--mem"), (s.gpus_per_node, "--gpus-per-node")):
+    for value, name in ((s.array, "--array"), (s.mem, "--mem"), (s.mem_per_cpu, "--mem-per-cpu")):
         if value:
             raise ConfigError(f"{name} is not supported by Cobalt")
+    if s.gpus_per_node and s.launcher_name == "aprun":
+        raise ConfigError("--gpus-per-node with Cobalt needs --launcher openmpi (ThetaGPU); aprun nodes have no GPUs")
     return [
         ("-n", str(s.nodes)),
         ("-O", f"{s.output_dir}/job"),
@@ -32,20 +37,6 @@ def directives(s: JobSpec) -> list[Row]:
         ("--attrs", s.constraint),
         ("--dependencies", s.dependency),
     ]
-
-
-def launch(s: JobSpec) -> list[str]:
-    """ALPS ``aprun``; it exports no world size, so the sizes travel as ``-e`` variables."""
-    depth = str(s.cpus_per_task or 1)
-    argv = ["aprun", "-n", str(s.total_tasks), "-N", str(s.tasks), "-d", depth, "-j", str(s.hyperthreads)]
-    argv += ["-cc", "depth"]
-    for key, value in (
-        ("MLDIST_SIZE", s.total_tasks),
-        ("MLDIST_LOCAL_SIZE", s.tasks),
-        ("OMP_NUM_THREADS", dict(s.env).get("OMP_NUM_THREADS", depth)),  # the user's --env wins
-    ):
-        argv += ["-e", f"{key}={value}"]
-    return argv
 
 
 def parse_status(job_id: str, text: str) -> JobStatus:
@@ -67,7 +58,8 @@ COBALT = Scheduler(
     prefix="#COBALT",
     separator=" ",
     directives=directives,
-    launch=launch,
+    launcher="aprun",
+    nodefile="COBALT_NODEFILE",
     job_id_var="COBALT_JOBID",
     workdir="",
     resubmit='qsub --env MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"',

@@ -22,7 +22,11 @@ def directives(s: JobSpec) -> list[Row]:
     """The ``#PBS`` rows of a job."""
     if s.constraint:
         raise ConfigError("--constraint is Slurm's; on PBS use --directive '-l select=...' resources")
-    select = f"select={s.nodes}:ncpus={s.tasks * (s.cpus_per_task or 1)}:mpiprocs={s.tasks}"
+    if s.mem_per_cpu:
+        raise ConfigError("--mem-per-cpu is Slurm's; on PBS give --mem (per node)")
+    # Without a thread count the job takes whole nodes (excl) and measures their cores when it starts.
+    ncpus = f":ncpus={s.tasks * s.threads}" if s.threads else ""
+    select = f"select={s.nodes}{ncpus}:mpiprocs={s.tasks}"
     if s.gpus_per_node:
         select += f":ngpus={s.gpus_per_node}"
     if s.mem:
@@ -30,7 +34,7 @@ def directives(s: JobSpec) -> list[Row]:
     return [
         ("-N", s.job_name),
         ("-l", select),
-        ("-l", "place=scatter"),
+        ("-l", "place=scatter" if s.threads else "place=scatter:excl"),
         ("-o", f"{s.output_dir}/job.out"),
         ("-j", "oe"),
         ("-l", f"walltime={hms(s.time_seconds)}" if s.time_seconds else None),
@@ -39,12 +43,6 @@ def directives(s: JobSpec) -> list[Row]:
         ("-W", f"depend={s.dependency}" if s.dependency else None),
         ("-J", s.array),
     ]
-
-
-def launch(s: JobSpec) -> list[str]:
-    """Cray PALS ``mpiexec``: ranks per node, CPUs per rank, bound by depth."""
-    depth = str(s.cpus_per_task or 1)
-    return ["mpiexec", "-n", str(s.total_tasks), "--ppn", str(s.tasks), "--depth", depth, "--cpu-bind", "depth"]
 
 
 def parse_status(job_id: str, text: str) -> JobStatus:
@@ -70,7 +68,8 @@ PBS = Scheduler(
     prefix="#PBS",
     separator=" ",
     directives=directives,
-    launch=launch,
+    launcher="pals",
+    nodefile="PBS_NODEFILE",
     job_id_var="PBS_JOBID",
     workdir='cd "$PBS_O_WORKDIR"',
     resubmit='qsub -v MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"',

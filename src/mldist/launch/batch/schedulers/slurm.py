@@ -40,10 +40,13 @@ def directives(s: JobSpec) -> list[Row]:
         ("--ntasks-per-node", str(s.tasks)),
         ("--output", _output(s.output_dir + "/job-%j.out")),
         ("--open-mode", "append"),  # a requeued job appends to its log
-        ("--cpus-per-task", str(s.cpus_per_task) if s.cpus_per_task else None),
-        ("--gpus-per-node", str(s.gpus_per_node) if s.gpus_per_node else None),
+        ("--cpus-per-task", str(s.threads) if s.threads else None),
+        # No thread count known: whole nodes, so that the cores measured at the start are the job's.
+        ("--exclusive", "" if not s.threads else None),
+        *_gpus(s),
         ("--time", slurm_time(s.time_seconds) if s.time_seconds else None),
         ("--mem", s.mem),
+        ("--mem-per-cpu", s.mem_per_cpu),
         ("--dependency", s.dependency),
         ("--array", s.array),
         ("--account", s.account),
@@ -55,15 +58,16 @@ def directives(s: JobSpec) -> list[Row]:
     return rows
 
 
-def launch(s: JobSpec) -> list[str]:
-    """``srun`` with one task per rank; a failing task ends the step."""
-    argv = ["srun", "--kill-on-bad-exit=1", f"--nodes={s.nodes}", f"--ntasks={s.total_tasks}"]
-    argv.append(f"--ntasks-per-node={s.tasks}")
-    if s.cpus_per_task:
-        argv += [f"--cpus-per-task={s.cpus_per_task}", "--cpu-bind=cores"]
-    if s.gpus_per_node and s.gpus_per_node == s.tasks:
-        argv.append("--gpus-per-task=1")
-    return argv
+def _gpus(s: JobSpec) -> list[Row]:
+    """The GPU request the way the site asks for it (``gpu_request``)."""
+    if not s.gpus_per_node:
+        return []
+    flag, count = {
+        "node": ("--gpus-per-node", s.gpus_per_node),
+        "task": ("--gpus-per-task", 1),
+        "total": ("--gpus", s.nodes * s.gpus_per_node),
+    }[s.gpu_request]
+    return [(flag, str(count))]
 
 
 def parse_status(job_id: str, text: str) -> JobStatus:
@@ -86,7 +90,7 @@ SLURM = Scheduler(
     prefix="#SBATCH",
     separator="=",
     directives=directives,
-    launch=launch,
+    launcher="srun",
     job_id_var="SLURM_JOB_ID",
     workdir="",
     resubmit='scontrol requeue "$SLURM_JOB_ID"',

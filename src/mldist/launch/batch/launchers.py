@@ -1,0 +1,207 @@
+"""The launch line of a batch job, one :class:`Launcher` record per MPI flavour, and its thread plan.
+
+Pure: a spec in, argv words and script lines out. Sites differ in the program
+that starts the ranks, not in what the ranks need: Slurm's ``srun``, Cray ALPS
+``aprun`` (Theta), Cray PALS ``mpiexec`` (Polaris, Aurora), Open MPI's
+``mpirun`` (ThetaGPU, clusters with Open MPI) and MPICH/Intel MPI's Hydra
+``mpiexec``. Each record renders the same geometry: ranks, ranks per node,
+CPUs per rank (``depth``) and binding.
+
+Threads fill the node: ``--cpus-per-task`` when given, else the site's cores per
+node x hyperthreads / ranks per node, else measured on a node when the job starts
+(:func:`thread_lines`). Words holding ``$`` are :class:`Shell` words, written in
+double quotes so that only mldist's own variables expand.
+
+Example:
+    >>> from mldist.launch.batch.spec import JobSpec
+    >>> s = JobSpec(command=("python",), scheduler="pbs", nodes=2, tasks_per_node=4, cpus_per_task=8)
+    >>> launch_argv(s)
+    ['mpiexec', '-n', '8', '--ppn', '4', '--depth', '8', '--cpu-bind', 'depth']
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
+
+
+class Shell(str):
+    """A word of mldist's own text that the shell expands (written as ``"..."``)."""
+
+    __slots__ = ()
+
+
+class Raw(str):
+    """mldist's own text written as is (an array expansion that may give no word)."""
+
+    __slots__ = ()
+
+
+def _w(text: str) -> str:
+    return Shell(text) if "$" in text else text
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The geometry every launch line renders.
+
+    Args:
+        nodes, tasks: nodes and ranks per node.
+        depth: CPUs (hardware threads) per rank: a number or ``$MLDIST_CPUS_PER_TASK``.
+        cores: physical cores per rank (Open MPI's ``PE``): a number or ``$MLDIST_CORES_PER_TASK``.
+        hyperthreads: hardware threads used per core.
+        gpus_per_node: GPUs per node.
+        omp: aprun's ``OMP_NUM_THREADS`` value.
+        nodefile: the variable naming the job's node file, if the scheduler has one.
+    """
+
+    nodes: int
+    tasks: int
+    depth: str
+    cores: str
+    hyperthreads: int
+    gpus_per_node: int
+    omp: str
+    nodefile: str | None
+
+    @property
+    def total(self) -> str:
+        return str(self.nodes * self.tasks)
+
+
+def plan(s: JobSpec, nodefile: str | None) -> Plan:
+    """The launch geometry of ``s``."""
+    t = s.threads
+    depth = str(t) if t else "$MLDIST_CPUS_PER_TASK"
+    cores = str(max(1, t // s.hyperthreads)) if t else "$MLDIST_CORES_PER_TASK"
+    user_omp = dict(s.env).get("OMP_NUM_THREADS")
+    omp = depth if user_omp is None else (user_omp if "$" not in user_omp else "$OMP_NUM_THREADS")
+    return Plan(s.nodes, s.tasks, depth, cores, s.hyperthreads, s.gpus_per_node, omp, nodefile)
+
+
+def _srun(p: Plan) -> list[str]:
+    argv = ["srun", "--kill-on-bad-exit=1", f"--nodes={p.nodes}", f"--ntasks={p.total}"]
+    argv += [f"--ntasks-per-node={p.tasks}", _w(f"--cpus-per-task={p.depth}"), "--cpu-bind=cores"]
+    return argv + (["--gpus-per-task=1"] if p.gpus_per_node and p.gpus_per_node == p.tasks else [])
+
+
+def _aprun(p: Plan) -> list[str]:
+    # ALPS exports no world size: the sizes travel as -e variables.
+    argv = ["aprun", "-n", p.total, "-N", str(p.tasks), "-d", _w(p.depth), "-j", str(p.hyperthreads), "-cc", "depth"]
+    for key, value in (("MLDIST_SIZE", p.total), ("MLDIST_LOCAL_SIZE", str(p.tasks)), ("OMP_NUM_THREADS", p.omp)):
+        argv += ["-e", _w(f"{key}={value}")]
+    return argv
+
+
+def _pals(p: Plan) -> list[str]:
+    return ["mpiexec", "-n", p.total, "--ppn", str(p.tasks), "--depth", _w(p.depth), "--cpu-bind", "depth"]
+
+
+def _openmpi(p: Plan) -> list[str]:
+    argv = ["mpirun", "-np", p.total, "--map-by", _w(f"ppr:{p.tasks}:node:PE={p.cores}"), "--bind-to", "core"]
+    argv += ["--hostfile", Shell(f"${p.nodefile}")] if p.nodefile else []
+    return [*argv, Raw('${mldist_forward[@]+"${mldist_forward[@]}"}')]
+
+
+def _hydra(p: Plan) -> list[str]:
+    argv = ["mpiexec", "-n", p.total, "-ppn", str(p.tasks)]
+    return argv + (["-f", Shell(f"${p.nodefile}")] if p.nodefile else [])
+
+
+#: Variables Open MPI's mpirun must be told to pass on (``-x``), besides the job's --env names.
+FORWARD = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "APPTAINER_CACHEDIR",
+    "APPTAINERENV_PYTHONPATH",
+    "OMP_NUM_THREADS",
+    "MLDIST_CPUS_PER_TASK",
+    "MLDIST_JOB_DIR",
+    "MLDIST_RUN_DIR",
+    "MLDIST_ATTEMPT",
+    "MLDIST_JOB_ID",
+    "MLDIST_REQUEUE_MARK",
+)
+
+
+def _forward_lines(s: JobSpec) -> list[str]:
+    # Open MPI starts remote ranks with its own environment plus what -x names; -x of an unset
+    # variable is an error, so the list is made when the job runs.
+    names = " ".join(dict.fromkeys([*FORWARD, *(k for k, _ in s.env)]))
+    return [
+        "mldist_forward=()  # Open MPI passes on only the variables -x names",
+        f'for v in {names}; do [ -n "${{!v+x}}" ] && mldist_forward+=(-x "$v"); done',
+    ]
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """One way to start the ranks.
+
+    Args:
+        name: the ``--launcher`` value.
+        argv: the launch line's words before the rank command.
+        setup: script lines the launch line needs (run after the environment is set).
+        probe: argv prefix that runs a command on one compute node (the batch
+            script may run elsewhere, as on ALPS service nodes); [] runs it in place.
+        sites: where it is used, for the README table.
+    """
+
+    name: str
+    argv: Callable[[Plan], list[str]]
+    setup: Callable[[JobSpec], list[str]] = lambda s: []
+    probe: tuple[str, ...] = ()
+    sites: str = ""
+
+
+LAUNCHERS: dict[str, Launcher] = {
+    r.name: r
+    for r in (
+        Launcher("srun", _srun, sites="Slurm: Alps, Frontier, Perlmutter, Saga"),
+        Launcher("aprun", _aprun, probe=("aprun", "-n", "1", "-N", "1"), sites="Cobalt + ALPS: Theta"),
+        Launcher("pals", _pals, sites="PBS Pro + Cray PALS: Polaris, Aurora"),
+        Launcher("openmpi", _openmpi, setup=_forward_lines, sites="Open MPI mpirun: ThetaGPU, clusters"),
+        Launcher("hydra", _hydra, sites="MPICH / Intel MPI Hydra mpiexec"),
+    )
+}
+
+
+def launch_argv(s: JobSpec) -> list[str]:
+    """The launch line's words before the rank command."""
+    from .schedulers import scheduler
+
+    return LAUNCHERS[s.launcher_name].argv(plan(s, scheduler(s.scheduler).nodefile))
+
+
+# Physical cores x hyperthreads ($1), within the CPUs this job may use on the node (nproc).
+_MEASURE = (
+    'c=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v "^#" | sort -u | wc -l); a=$(nproc 2>/dev/null || echo 1); '
+    '[ "$c" -gt 0 ] 2>/dev/null || c=$a; c=$((c * $1)); [ "$c" -le "$a" ] || c=$a; echo "$c"'
+)
+
+
+def thread_lines(s: JobSpec) -> list[str]:
+    """Script lines that export ``OMP_NUM_THREADS`` and ``MLDIST_CPUS_PER_TASK`` (and cores per rank)."""
+    launcher = LAUNCHERS[s.launcher_name]
+    t = s.threads
+    if t:
+        return [f"export OMP_NUM_THREADS={t} MLDIST_CPUS_PER_TASK={t}"]
+    probe = " ".join(shlex.quote(a) for a in (*launcher.probe, "bash", "-c", _MEASURE, "mldist-cpus"))
+    k, ht = s.tasks, s.hyperthreads
+    return [
+        f"mldist_cpus=$({probe} {ht})  # no --cpus-per-task: the node's cores are shared among its ranks",
+        f'[ "${{mldist_cpus:-0}}" -gt 0 ] 2>/dev/null || mldist_cpus={k}',
+        f"export MLDIST_CPUS_PER_TASK=$((mldist_cpus / {k} > 0 ? mldist_cpus / {k} : 1))",
+        f"export OMP_NUM_THREADS=$MLDIST_CPUS_PER_TASK MLDIST_CORES_PER_TASK=$((MLDIST_CPUS_PER_TASK / {ht} > 0 ? "
+        f"MLDIST_CPUS_PER_TASK / {ht} : 1))",
+        f'echo "mldist: $mldist_cpus CPUs per node (measured): $MLDIST_CPUS_PER_TASK threads for each of {k} '
+        'ranks per node (--cpus-per-task sets them)"',
+    ]
