@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import runtime
-from ..runtime import compat
+from ..runtime import compat, worker
 from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_compression
 from ..runtime.gradients import average_gradients
 
@@ -86,6 +86,7 @@ def DistributedOptimizer(
 
     runtime.init()
     check_compression(compression)
+    worker.warn_idle_gpus()
     if getattr(type(optimizer), "_mldist_distributed", False):
         return optimizer
     attrs = {"_mldist_bucket_bytes": bucket_bytes, "_mldist_compression": compression}

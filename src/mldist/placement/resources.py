@@ -242,6 +242,33 @@ def choose_gpu(visible: int, local_rank: int, local_size: int) -> int | None:
     return local_rank
 
 
+def idle_gpus_warning(gpus: int, local_size: int, in_scope: bool) -> str | None:
+    """The warning for one process per node seeing several GPUs but averaging outside a strategy scope.
+
+    ``DistributedOptimizer`` and ``DistributedGradientTape`` outside a scope run the model
+    on one GPU; the others sit idle. None when that is not the case.
+
+    Args:
+        gpus: GPUs this process sees.
+        local_size: processes on this node.
+        in_scope: whether a tf.distribute strategy scope is active.
+
+    Example:
+        >>> idle_gpus_warning(4, 1, False)[:40]
+        'this process sees 4 GPUs but trains on o'
+        >>> idle_gpus_warning(4, 4, False), idle_gpus_warning(4, 1, True), idle_gpus_warning(1, 1, False)
+        (None, None, None)
+    """
+    if gpus < 2 or local_size != 1 or in_scope:
+        return None
+    return (
+        f"this process sees {gpus} GPUs but trains on one of them: mldist's DistributedOptimizer and "
+        f"DistributedGradientTape outside a strategy scope use one GPU per process. Start one process "
+        f"per GPU (mldist submit/srun --tasks-per-node={gpus}, the GPUs per node), or build and train "
+        "the model under `with mldist.strategy().scope():`"
+    )
+
+
 def physical_gpu_id(index: int, cuda_visible_devices: str | None) -> str:
     """The device id behind visible GPU ``index`` (for reports).
 

@@ -74,6 +74,7 @@ class DistributedGradientTape:
     """
 
     def __init__(self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None) -> None:
+        runtime.warn_idle_gpus()
         self._tape = tape
         self._bucket_bytes = bucket_bytes
         self._compression = compression

@@ -23,7 +23,15 @@ from typing import Any
 
 from ..errors import ConfigError, DetectionError, RuntimeStateError
 from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
-from ..placement.resources import ThreadPlan, choose_gpu, cpu_probe, openmp_defaults, proxy_settings, thread_plan
+from ..placement.resources import (
+    ThreadPlan,
+    choose_gpu,
+    cpu_probe,
+    idle_gpus_warning,
+    openmp_defaults,
+    proxy_settings,
+    thread_plan,
+)
 from . import compat, engine, failures, stall, watchdog
 
 
@@ -216,6 +224,27 @@ def init(
         mpi_library=library,
     )
     return _ctx
+
+
+_warned_idle_gpus = False
+
+
+def warn_idle_gpus() -> None:
+    """Warn once when one process per node sees several GPUs and averages outside a strategy scope.
+
+    ``DistributedOptimizer`` and ``DistributedGradientTape`` call it.
+    """
+    global _warned_idle_gpus
+    ctx = init()
+    if _warned_idle_gpus:
+        return
+    import tensorflow as tf
+
+    gpus = len(tf.config.list_logical_devices("GPU"))
+    message = idle_gpus_warning(gpus, ctx.local_size, tf.distribute.has_strategy())
+    if message:
+        _warned_idle_gpus = True
+        warnings.warn(message, stacklevel=3)
 
 
 def current() -> Context | None:
