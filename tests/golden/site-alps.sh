@@ -1,0 +1,53 @@
+#!/bin/bash
+#SBATCH --job-name=mldist
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --output=/scratch/u/run/job-%j.out
+#SBATCH --open-mode=append
+#SBATCH --exclusive
+#SBATCH --gpus-per-node=4
+#SBATCH --time=1:00:00
+# Written by mldist submit.
+set -uo pipefail
+umask 077  # what the job writes is owner-only (logs, records, outputs)
+export MLDIST_JOB_DIR=/scratch/u/run
+export MLDIST_RUN_DIR="$MLDIST_JOB_DIR/run"
+export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"
+job_id="${SLURM_JOB_ID:-local}"
+export MLDIST_JOB_ID="$job_id"
+mkdir -p "$MLDIST_JOB_DIR"
+export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"
+rm -f -- "$MLDIST_REQUEUE_MARK".rank-*
+mldist_cpus=$(bash -c 'c=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v "^#" | sort -u | wc -l); a=$(nproc 2>/dev/null || echo 1); [ "$c" -gt 0 ] 2>/dev/null || c=$a; c=$((c * $1)); [ "$c" -le "$a" ] || c=$a; echo "$c"' mldist-cpus 1)  # no --cpus-per-task: the node's cores are shared among its ranks
+[ "${mldist_cpus:-0}" -gt 0 ] 2>/dev/null || mldist_cpus=4
+export MLDIST_CPUS_PER_TASK=$((mldist_cpus / 4 > 0 ? mldist_cpus / 4 : 1))
+export OMP_NUM_THREADS=$MLDIST_CPUS_PER_TASK MLDIST_CORES_PER_TASK=$((MLDIST_CPUS_PER_TASK / 1 > 0 ? MLDIST_CPUS_PER_TASK / 1 : 1))
+echo "mldist: $mldist_cpus CPUs per node (measured): $MLDIST_CPUS_PER_TASK threads for each of 4 ranks per node (--cpus-per-task sets them)"
+export NCCL_NET='AWS Libfabric'
+export NCCL_NET_GDR_LEVEL=PHB
+export NCCL_CROSS_NIC=1
+export NCCL_PROTO='^LL128'
+export FI_CXI_DEFAULT_TX_SIZE=16384
+export FI_CXI_RX_MATCH_MODE=software
+export FI_CXI_DISABLE_HOST_REGISTER=1
+export FI_MR_CACHE_MONITOR=userfaultfd
+export FI_CXI_DEFAULT_CQ_SIZE=131072
+{
+  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"
+  echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1
+  echo "## python"; python3 -c "import sys; print(sys.executable, sys.version)"
+  echo "## pip freeze"; python3 -m pip freeze || echo "(no pip here)"
+  echo "## mldist env"; python3 -m mldist env --json --no-tensorflow
+} 2>&1 | sed -E \
+  -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
+  -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
+  -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
+srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 "--cpus-per-task=$MLDIST_CPUS_PER_TASK" --cpu-bind=cores --gpus-per-task=1 bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; l="${OMPI_COMM_WORLD_LOCAL_RANK:-${PALS_LOCAL_RANKID:-${MPI_LOCALRANKID:-${SLURM_LOCALID:-$((r % ${MLDIST_LOCAL_SIZE:-1}))}}}}"; n=$1; shift; w=(); while [ "$n" -gt 0 ]; do a=$1; shift; n=$((n - 1)); a=${a//\{rank\}/"$r"}; a=${a//\{local_rank\}/"$l"}; a=${a//\{job_id\}/"${MLDIST_JOB_ID:-}"}; a=${a//\{job_dir\}/"$MLDIST_JOB_DIR"}; w+=("$a"); done; set -- ${w[@]+"${w[@]}"} "$@"; c=""; trap '"'"'t=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank 0 python train.py &
+child=$!
+trap 't=1; kill -TERM "$child" 2>/dev/null' TERM INT
+code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done
+for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
+  if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi
+done
+echo "mldist: job step ended with exit code $code"
+exit "$code"
