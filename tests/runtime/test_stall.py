@@ -53,6 +53,25 @@ def test_the_oldest_collective_in_flight_past_the_timeout_is_overdue() -> None:
     assert watch.overdue() is None
 
 
+def test_graph_counters_in_flight_since_they_last_changed() -> None:
+    now, counts = [0.0], [(0, 0, 0)]
+    watch = stall.Watch(
+        0, "nccl", 5, probe=lambda: counts[0], names=["allreduce(sum)", "broadcast"], clock=lambda: now[0]
+    )
+    assert watch.overdue() is None
+    counts[0], now[0] = (1, 0, 1), 1  # a broadcast started
+    assert watch.overdue() is None
+    now[0] = 7
+    assert "rank 0 waited 6 s in broadcast (engine nccl)" in (watch.overdue() or "")
+    counts[0] = (2, 1, 0)  # it finished and an all-reduce started: the clock starts again
+    assert watch.overdue() is None
+    now[0] = 13
+    assert "waited 6 s in allreduce(sum)" in (watch.overdue() or "")
+    counts[0] = (2, 2, 0)
+    now[0] = 100
+    assert watch.overdue() is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "fit"])
 def test_a_stalled_rank_ends_the_job_within_seconds_naming_the_collective(engine: str, mode: str) -> None:

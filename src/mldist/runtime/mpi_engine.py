@@ -48,6 +48,11 @@ def start(comm: Any = None) -> Any:
     return _comm
 
 
+def watch_probe(tf: Any) -> tuple[None, tuple[str, ...]]:
+    """No graph counters: this engine marks its collectives in its callbacks (:mod:`stall`)."""
+    return None, ()
+
+
 def abort(code: int) -> None:
     """End every rank of the job now with ``code`` (after an error on this rank).
 

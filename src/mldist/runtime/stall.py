@@ -1,12 +1,12 @@
 """A stalled collective ends the job with one line, instead of a silent hang.
 
 Every collective mldist issues marks its start and end (the MPI engine inside its
-``numpy_function``; TensorFlow's engines through two tiny host callbacks around the
-collective op). A daemon thread looks once a second for a collective in flight for
-longer than ``MLDIST_COLLECTIVE_TIMEOUT`` seconds (default :data:`DEFAULT_TIMEOUT`,
-0 turns the watch off) and then ends the process: one line naming the rank, the
-engine, the collective, the seconds waited and the fallback (for NCCL:
-``MLDIST_COMMUNICATION=ring``), exit code :data:`STALL_EXIT_CODE`.
+``numpy_function``; TensorFlow's engines by adding one to a "started" and a "finished"
+counter, two CPU variables, before and after the collective op). A daemon thread looks
+once a second for a collective in flight longer than ``MLDIST_COLLECTIVE_TIMEOUT``
+seconds (default :data:`DEFAULT_TIMEOUT`, 0 turns the watch off) and then ends the
+process: one line naming the rank, the engine, the collective, the seconds waited and
+the fallback (for NCCL: ``MLDIST_COMMUNICATION=ring``), exit code :data:`STALL_EXIT_CODE`.
 
 TensorFlow's own collective timeout is left unset on purpose: small values time out
 healthy steps, and a dead peer already fails a collective after about 9 s (heartbeat).
@@ -24,7 +24,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
@@ -91,20 +91,41 @@ def stall_message(rank: int, engine: str, what: str, seconds: float, timeout: fl
     )
 
 
+#: Counters read from the graph: (collectives started, finished, index of the last started in its names).
+Probe = Callable[[], tuple[int, int, int]]
+
+
 class Watch:
     """Collectives in flight on this rank and the thread that ends the process when one stalls.
+
+    Marks come from Python (:meth:`begin`/:meth:`end`, the MPI engine's callbacks) or from
+    graph counters that ``probe`` reads (TensorFlow's engines): started != finished means one
+    is in flight, since the counters last changed.
 
     Args:
         rank, engine: named in the message.
         timeout: seconds (> 0).
+        probe: reads the graph counters, or None.
+        names: what each index the probe returns stands for (appended to while tracing).
         clock: the time source (tests pass a fake one).
     """
 
-    def __init__(self, rank: int, engine: str, timeout: float, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        rank: int,
+        engine: str,
+        timeout: float,
+        probe: Probe | None = None,
+        names: Sequence[str] = (),
+        clock: Any = time.monotonic,
+    ) -> None:
         self.rank, self.engine, self.timeout, self._clock = rank, engine, timeout, clock
+        self.probe, self.names = probe, names
         self._flight: dict[int, tuple[str, float]] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._seen: tuple[int, int, int] = (0, 0, 0)
+        self._since = 0.0
 
     def begin(self, what: str) -> int:
         """Mark a collective as started; the token to pass to :meth:`end`."""
@@ -118,11 +139,25 @@ class Watch:
         with self._lock:
             self._flight.pop(token, None)
 
+    def _probed(self, now: float) -> tuple[str, float] | None:
+        """The graph's collective in flight and since when, from the counters."""
+        if self.probe is None:
+            return None
+        counts = self.probe()
+        if counts != self._seen:
+            self._seen, self._since = counts, now
+        started, finished, index = counts
+        if started == finished:
+            return None
+        return (self.names[index] if 0 <= index < len(self.names) else "a collective", self._since)
+
     def overdue(self) -> str | None:
         """The message for the oldest collective in flight past the timeout, else None."""
         now = self._clock()
         with self._lock:
-            oldest = min(self._flight.values(), key=lambda item: item[1], default=None)
+            marks = list(self._flight.values())
+        probed = self._probed(now)
+        oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
         if oldest is None or now - oldest[1] <= self.timeout:
             return None
         return stall_message(self.rank, self.engine, oldest[0], now - oldest[1], self.timeout)
@@ -152,12 +187,20 @@ def end_process(message: str, engine: str) -> None:
 _watch: Watch | None = None
 
 
-def start(rank: int, engine: str, env: Mapping[str, str]) -> Watch | None:
-    """Start the watch for this rank (``init`` does, with 2+ workers); None when turned off."""
+def start(
+    rank: int, engine: str, env: Mapping[str, str], probe: Probe | None = None, names: Sequence[str] = ()
+) -> Watch | None:
+    """Start the watch for this rank (``init`` does, with 2+ workers); None when turned off.
+
+    Args:
+        rank, engine: named in the message.
+        env: for ``MLDIST_COLLECTIVE_TIMEOUT``.
+        probe, names: the engine's graph counters and what their indices name (see :class:`Watch`).
+    """
     global _watch
     timeout = collective_timeout(env)
     if _watch is None and timeout > 0:
-        _watch = Watch(rank, engine, timeout)
+        _watch = Watch(rank, engine, timeout, probe, names)
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
     return _watch
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigError, LaunchError
 from ..placement import ClusterSpec
-from . import compat, stall
+from . import compat
 
 T = TypeVar("T")
 
@@ -132,39 +132,51 @@ def _gather_equal(tensor: Any) -> Any:
     return back(strategy.run(lambda v: tf.distribute.get_replica_context().all_gather(v, axis=0), args=(placed,)))
 
 
-def _marker(fn: Any, inputs: list[Any], name: str) -> Any:
-    import tensorflow as tf
-
-    fn = tf.autograph.experimental.do_not_convert(fn)
-    return tf.numpy_function(fn, inputs, tf.int64, stateful=True, name=name)
+#: What each index in the "which" counter names; appended while tracing.
+WATCHED: list[str] = []
+_counters: tuple[Any, ...] = ()  # collectives started, finished, the last started's index: CPU variables
 
 
-def _end_marker(token: Any) -> Any:
-    import numpy as np
+def watch_probe(tf: Any) -> tuple[Callable[[], tuple[int, int, int]], list[str]]:
+    """Make the stalled-collective watch's counters (after ``start``) and the function that reads them.
 
-    stall.end(int(token))
-    return np.int64(0)
+    Two variable updates per collective cost microseconds where host callbacks cost a Python call each.
+    """
+    global _counters
+    with tf.device("/cpu:0"):
+        _counters = tuple(tf.Variable(0, dtype=tf.int64, trainable=False, name=f"mldist_{n}") for n in _COUNTERS)
+
+    def probe() -> tuple[int, int, int]:
+        started, finished, which = (int(v.numpy()) for v in _counters)
+        return started, finished, which
+
+    return probe, WATCHED
+
+
+_COUNTERS = ("collectives_started", "collectives_finished", "collective_last")
 
 
 def _watched(what: str, fn: Callable[[list[Any]], T], inputs: list[Any]) -> T:
-    """``fn(inputs)`` between two host callbacks that mark the collective in flight (:mod:`stall`).
+    """``fn(inputs)`` between counter updates that mark the collective in flight (:mod:`stall`).
 
-    The first runs before any of ``inputs`` reaches the collective, the second once all of its
-    outputs exist; each costs one Python call per collective. XLA compiles no host callback,
-    so under ``jit_compile`` (and with the watch off) the collective runs unmarked.
+    "started" is counted before any of ``inputs`` reaches the collective, "finished" once all
+    of its outputs exist. Under XLA (``jit_compile``) variable updates become visible only at
+    the end of the compiled step, so there (and with the watch off) the collective runs unmarked.
     """
-    import numpy as np
     import tensorflow as tf
 
-    if not stall.active() or compat.compiling_with_xla():
+    if not _counters or compat.compiling_with_xla():
         return fn(inputs)
+    started, finished, which = _counters
+    if what not in WATCHED:
+        WATCHED.append(what)
     with tf.device("/cpu:0"):
-        token = _marker(lambda: np.int64(stall.begin(what)), [], "mldist_watch_begin")
-    with tf.control_dependencies([token]):
+        begin = tf.group(started.assign_add(1), which.assign(WATCHED.index(what)))
+    with tf.control_dependencies([begin]):
         inputs = [tf.identity(t) for t in inputs]
     out = fn(inputs)
     with tf.control_dependencies(tf.nest.flatten(out)), tf.device("/cpu:0"):
-        _marker(_end_marker, [token], "mldist_watch_end")  # stateful: runs without a consumer
+        finished.assign_add(1)  # stateful: runs without a consumer
     return out
 
 

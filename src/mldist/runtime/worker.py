@@ -209,8 +209,8 @@ def init(
     if placement.size > 1:
         started = _start_engine(tf, placement, comm, has_gpu)
     _strategy, used, workers, library = started
-    if placement.size > 1:
-        stall.start(placement.rank, used, os.environ)
+    if placement.size > 1 and stall.collective_timeout(os.environ) > 0:
+        stall.start(placement.rank, used, os.environ, *engine.module(used).watch_probe(tf))
     _ctx = Context(
         rank=placement.rank,
         size=placement.size,
