@@ -151,6 +151,23 @@ def _start_engine(tf: Any, placement: Placement, requested: str, has_gpu: bool) 
     return strategy, used, spec.workers, ""
 
 
+def _collectives(tf: Any, placement: Placement, comm: str, has_gpu: bool) -> Started:
+    """The engine of 2+ workers, its collectives watched for stalls (:mod:`stall`); none for one."""
+    if placement.size == 1:
+        return None, "none", (), ""
+    started = _start_engine(tf, placement, comm, has_gpu)
+    if stall.collective_timeout(os.environ) > 0:
+        stall.start(placement.rank, started[1], os.environ, *engine.module(started[1]).watch_probe(tf))
+    return started
+
+
+def _communication(requested: str | None) -> str:
+    comm = (requested or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
+    if comm not in engine.COMMUNICATIONS:
+        raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
+    return comm
+
+
 def _check_soft_placement(value: object) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -185,9 +202,7 @@ def init(
     global _ctx, _strategy
     if _ctx is not None:
         return _ctx
-    comm = (communication or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
-    if comm not in engine.COMMUNICATIONS:
-        raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
+    comm = _communication(communication)
     soft = _check_soft_placement(allow_soft_placement)
     stall.collective_timeout(os.environ)  # a bad MLDIST_COLLECTIVE_TIMEOUT stops here, before any side effect
     sys.excepthook = failures.one_line_errors
@@ -205,12 +220,7 @@ def init(
     _apply_threads(tf, plan, soft)
     gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    started: Started = (None, "none", (), "")
-    if placement.size > 1:
-        started = _start_engine(tf, placement, comm, has_gpu)
-    _strategy, used, workers, library = started
-    if placement.size > 1 and stall.collective_timeout(os.environ) > 0:
-        stall.start(placement.rank, used, os.environ, *engine.module(used).watch_probe(tf))
+    _strategy, used, workers, library = _collectives(tf, placement, comm, has_gpu)
     _ctx = Context(
         rank=placement.rank,
         size=placement.size,
