@@ -56,6 +56,7 @@ RECORDED_PREFIXES = (
     "SLURM_",
     "PMI_",
     "PALS_",
+    "MPI_",
     "ALPS_",
     "PBS_",
     "COBALT_",

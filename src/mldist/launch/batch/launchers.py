@@ -166,7 +166,7 @@ LAUNCHERS: dict[str, Launcher] = {
     r.name: r
     for r in (
         Launcher("srun", _srun, sites="Slurm: Alps, Frontier, Perlmutter, Saga"),
-        Launcher("aprun", _aprun, probe=("aprun", "-n", "1", "-N", "1"), sites="Cobalt + ALPS: Theta"),
+        Launcher("aprun", _aprun, probe=("aprun", "-n", "1", "-N", "1", "-cc", "none"), sites="Cobalt + ALPS: Theta"),
         Launcher("pals", _pals, sites="PBS Pro + Cray PALS: Polaris, Aurora"),
         Launcher("openmpi", _openmpi, setup=_forward_lines, sites="Open MPI mpirun: ThetaGPU, clusters"),
         Launcher("hydra", _hydra, sites="MPICH / Intel MPI Hydra mpiexec"),

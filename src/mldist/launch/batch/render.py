@@ -34,7 +34,8 @@ q = shlex.quote
 
 # A trapped signal interrupts `wait` with 128+N; the traps set t=1 so that the loop waits
 # again, which then gives the child's own status (bash keeps it until it is waited for). A
-# wait after the status was taken returns 127: the status already read stands.
+# later wait after the status was taken returns 127 ("$k$s" = 1127): the status already read
+# stands. The first wait's 127 is the child's own (command not found) and fails the rank.
 #
 # Runs in every task: the user's command as "$@" with a per-rank log file. The
 # wrapper stays (no exec) to forward USR1/TERM when the launcher signals only its
@@ -52,7 +53,7 @@ RANK_WRAPPER = (
     """trap 't=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null' USR1; """
     """trap 't=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null' TERM; """
     '"$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; '
-    'code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done; '
+    'code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done; '
     f'if [ "$code" -eq {REQUEUE_CODE} ] && [ -n "${{MLDIST_REQUEUE_MARK:-}}" ]; then '
     ': >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; '
     'exit "$code"'
@@ -152,7 +153,8 @@ def launch_step(s: JobSpec) -> list[str]:
         lines.append('trap \'t=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"\' USR1')
     # A trapped signal interrupts wait: wait again until the step's own status is in (see RANK_WRAPPER).
     lines.append(
-        'code=0; t=1; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$s" -eq 127 ] && break; code=$s; done'
+        'code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; '
+        '[ "$k$s" = 1127 ] && break; code=$s; k=1; done'
     )
     if not s.requeue:
         return lines

@@ -105,6 +105,8 @@ BUILTIN: dict[str, dict[str, Any]] = {
         "scheduler": "slurm",
         "partitions": {"cpu": "normal", "gpu": "accel"},
         "gpu_request": "task",
+        # A count, not whole nodes: --mem-per-cpu times a whole node's CPUs would exceed its memory.
+        "cpus_per_task": 6,
         "mem_per_cpu": "8G",
         "module_purge": True,
         "env": {"OMPI_MCA_btl": "^openib", "OMPI_MCA_pml": "ob1"},

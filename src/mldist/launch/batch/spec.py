@@ -271,7 +271,7 @@ def _validate_recipe(s: JobSpec) -> None:
     if s.gpu_request == "task" and s.gpus_per_node and s.gpus_per_node != s.tasks:
         raise ConfigError(
             f"--gpu-request task gives each rank one GPU: --tasks-per-node {s.tasks} must equal "
-            f"--gpus-per-node {s.gpus_per_node}"
+            f"--gpus-per-node {s.gpus_per_node} (or --gpu-request total for one rank using them all)"
         )
     for word in s.wrap:
         for name in re.findall(r"\{([^{}]*)\}", word):
