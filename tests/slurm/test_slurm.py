@@ -1,67 +1,30 @@
 """mldist submit/status/logs/cancel against a real Slurm (two emulated nodes on this host).
 
-The cluster comes from scripts/slurm-cluster.sh. Without root these tests skip
-with the reason; with CI=true a cluster that cannot start is a failure.
+The cluster comes from scripts/slurm-cluster.sh (the ``slurm_env`` fixture and the
+``_submit``/``wait_for`` helpers are in this folder's conftest.py). Without root these
+tests skip with the reason; with CI=true a cluster that cannot start is a failure.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import ROOT, clean_env, mldist
+from helpers import ROOT, mldist
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
-SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
+Submit = Callable[..., str]
 
 
-@pytest.fixture(scope="session")
-def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Environment for CLI calls that reach the test cluster."""
-    if os.geteuid() != 0:
-        reason = "the test Slurm cluster needs root (it installs and starts slurmctld/slurmd)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + "; CI must run them")
-        pytest.skip(reason)
-    res = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
-    if res.returncode != 0:
-        pytest.fail(f"the test Slurm cluster did not start:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    conf = res.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
-    state = tmp_path_factory.mktemp("mldist-state")
-    yield clean_env(SLURM_CONF=conf, MLDIST_STATE_DIR=str(state))
-    subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, timeout=120)
-
-
-def _submit(env: dict[str, str], *args: str) -> str:
-    res = mldist(["submit", *args], env=env, timeout=60)
-    assert res.returncode == 0, res.stderr
-    m = re.search(r"submitted job (\S+) \(slurm\)", res.stdout)
-    assert m, res.stdout
-    return m.group(1)
-
-
-def wait_for(env: dict[str, str], job: str, states: set[str], timeout: float = 300) -> str:
-    """Poll ``mldist status JOB`` until its state is one of ``states``."""
-    deadline, line = time.monotonic() + timeout, ""
-    while time.monotonic() < deadline:
-        res = mldist(["status", job], env=env, timeout=60)
-        assert res.returncode == 0, res.stderr
-        line = res.stdout
-        if any(f" {s} " in f" {line} " for s in states):
-            return line
-        time.sleep(1)
-    raise AssertionError(f"job {job} never reached {states}: last status {line!r}")
-
-
-def test_two_node_training_runs_to_completion(slurm_env: dict[str, str], tmp_path: Path) -> None:
+def test_two_node_training_runs_to_completion(
+    slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
+) -> None:
     out = tmp_path / "job"
     example = ROOT / "examples" / "digits_cnn.py"
     job = _submit(
@@ -95,7 +58,7 @@ def test_two_node_training_runs_to_completion(slurm_env: dict[str, str], tmp_pat
     assert (out / "run" / "metrics.png").is_file()
 
 
-def test_cancel_a_running_job(slurm_env: dict[str, str], tmp_path: Path) -> None:
+def test_cancel_a_running_job(slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit) -> None:
     job = _submit(slurm_env, "--output-dir", str(tmp_path / "sleeper"), "--", "sleep", "300")
     wait_for(slurm_env, job, {"RUNNING"}, timeout=120)
     res = mldist(["cancel", job], env=slurm_env)
@@ -103,7 +66,9 @@ def test_cancel_a_running_job(slurm_env: dict[str, str], tmp_path: Path) -> None
     wait_for(slurm_env, job, {"CANCELLED"}, timeout=120)
 
 
-def test_requeued_job_resumes_from_its_checkpoint_and_completes(slurm_env: dict[str, str], tmp_path: Path) -> None:
+def test_requeued_job_resumes_from_its_checkpoint_and_completes(
+    slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
+) -> None:
     """--requeue end to end: time-limit signal, save, exit 75, Slurm requeue, exact resume, COMPLETED."""
     out, train = tmp_path / "job", tmp_path / "train"
     train.mkdir()

@@ -16,11 +16,11 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import MldistError
-from . import bench, data, jobs, observe, run, tools
+from . import bench, buildenv, data, jobs, observe, run, tools
 from .common import FORMATTER, Handler, Parser
 
 #: Command groups, in ``mldist --help`` order.
-GROUPS = (run, jobs, tools, bench, observe, data)
+GROUPS = (run, jobs, buildenv, tools, bench, observe, data)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
