@@ -114,6 +114,7 @@ def _add_submit(sub: Any) -> None:
         help="'module purge' before the loads (default: the site's, else no: Cray's aprun and mpi4py need theirs)",
     )
     p.add_argument("--env-source", action="append", help="shell file to source after the modules (repeatable)")
+    p.add_argument("--unset", action="append", help="variable to remove in the job, e.g. https_proxy (repeatable)")
     p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
     p.add_argument("--container-args", dest="container_args_text", help="extra 'apptainer exec' options ('--rocm')")
     p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
@@ -213,7 +214,7 @@ def build_spec(args: argparse.Namespace, command: list[str], now: float | None =
     opts["wrap"] = tuple(opts.get("wrap", ()))
     env.update(dict(args.env or ()))
     opts["env"] = tuple(env.items())
-    opts["unset"] = tuple(opts.get("unset", ()))
+    opts["unset"] = tuple(dict.fromkeys([*opts.get("unset", ()), *(getattr(args, "unset", None) or ())]))
     opts["scheduler"] = args.scheduler or opts.get("scheduler") or detect_scheduler(shutil.which, _probe)
     _paths(args, opts)
     name = opts.get("job_name", "mldist")
