@@ -86,3 +86,34 @@ def test_a_stalled_rank_ends_the_job_within_seconds_naming_the_collective(engine
     assert "rank 0 waited" in stalled[0] and "allreduce(sum)" in stalled[0] and f"(engine {engine})" in stalled[0]
     assert "rank 0 exited with code 1" in res.stderr
     assert took < 20, f"the job ended {took:.1f} s after the stall began"
+
+
+def test_xla_steps_after_the_first_count_as_one_collective(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL inside an XLA-compiled step gives no marks: mldist.keras.StallWatch times the whole step."""
+    import types
+
+    from mldist.keras import StallWatch, default_callbacks
+
+    now = [0.0]
+    watch = stall.Watch(0, "nccl", 10, clock=lambda: now[0])
+    monkeypatch.setattr(stall, "_watch", watch)
+    cb = StallWatch()
+    cb.set_model(types.SimpleNamespace(jit_compile=True))
+    cb.on_train_batch_begin(0)  # the first step compiles: not timed
+    now[0] = 100.0
+    assert watch.overdue() is None
+    cb.on_train_batch_end(0)
+    cb.on_train_batch_begin(1)
+    now[0] = 111.0
+    line = watch.overdue()
+    assert line is not None and "a training step compiled by XLA" in line and "MLDIST_COMMUNICATION=ring" in line
+    cb.on_train_batch_end(1)
+    assert watch.overdue() is None
+    plain = StallWatch()
+    plain.set_model(types.SimpleNamespace(jit_compile=False))  # collectives are marked one by one there
+    for b in range(3):
+        plain.on_train_batch_begin(b)
+        now[0] += 50
+        assert watch.overdue() is None
+        plain.on_train_batch_end(b)
+    assert any(isinstance(c, StallWatch) for c in default_callbacks())

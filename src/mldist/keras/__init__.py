@@ -16,6 +16,7 @@ from .callbacks import (
     AverageMetrics,
     BroadcastInitialState,
     LearningRateWarmup,
+    StallWatch,
     default_callbacks,
     scale_lr,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "LearningRateWarmup",
     "ProfileSteps",
     "RunLog",
+    "StallWatch",
     "average_gradients",
     "default_callbacks",
     "scale_lr",

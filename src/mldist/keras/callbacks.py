@@ -183,6 +183,39 @@ class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
                 print(f"\nLearningRateWarmup: reached learning rate {self.target_lr:g} at step {step}")
 
 
+class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
+    """Time whole training steps that XLA compiles, whose collectives cannot be timed one by one.
+
+    On GPUs Keras compiles steps with XLA (``jit_compile``), and NCCL collectives inside a
+    compiled step give the watch no marks; a stalled NCCL all-reduce would hang the job. So each
+    step after the first (which compiles) counts as one collective for
+    ``MLDIST_COLLECTIVE_TIMEOUT``. Uncompiled steps are watched collective by collective.
+
+    Example::
+
+        model.fit(ds, callbacks=[mldist.keras.StallWatch()])  # in default_callbacks already
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._token: int | None = None
+        self._steps = 0
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        from ..runtime import stall
+
+        if self._steps and stall.active() and getattr(self.model, "jit_compile", False) is True:
+            self._token = stall.begin("a training step compiled by XLA")
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        from ..runtime import stall
+
+        if self._token is not None:
+            stall.end(self._token)
+            self._token = None
+        self._steps += 1
+
+
 def default_callbacks(root: int = 0) -> list[keras.callbacks.Callback]:
     """The callbacks every data-parallel ``fit`` wants, in the right order.
 
@@ -194,4 +227,4 @@ def default_callbacks(root: int = 0) -> list[keras.callbacks.Callback]:
     from .runlog import RunLog
 
     # RunLog after AverageMetrics: it logs the averaged metrics.
-    return [BroadcastInitialState(root), AverageMetrics(), RunLog(), ProfileSteps()]
+    return [BroadcastInitialState(root), AverageMetrics(), RunLog(), ProfileSteps(), StallWatch()]
