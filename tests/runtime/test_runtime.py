@@ -113,7 +113,10 @@ def test_sigterm_stops_initialised_workers_before_the_grace(tmp_path: Path) -> N
     )
     deadline = time.monotonic() + 120
     while not (ready.exists() and len(ready.read_text().splitlines()) == 2):
-        assert time.monotonic() < deadline and proc.poll() is None, "workers did not initialise"
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate(timeout=30)
+            raise AssertionError(f"workers did not initialise (exit {proc.returncode}):\n{out[-2000:]}\n{err[-4000:]}")
         time.sleep(0.1)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)

@@ -13,7 +13,7 @@ Example:
     >>> from mldist.launch.batch.spec import JobSpec
     >>> spec = JobSpec(command=("python",), env=(("LD_LIBRARY_PATH", "$LD_LIBRARY_PATH:/opt/v"),))
     >>> env_lines(spec)[-1]
-    'export LD_LIBRARY_PATH="${LD_LIBRARY_PATH-}"\\':/opt/v\\''
+    'export LD_LIBRARY_PATH="${LD_LIBRARY_PATH-}":/opt/v'
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Example:
     >>> from mldist.launch.batch.spec import JobSpec
-    >>> PBS.directive_lines(JobSpec(command=("true",), scheduler="pbs", output_dir="/o"))[1]
-    '#PBS -l select=1:ncpus=1:mpiprocs=1'
+    >>> PBS.directive_lines(JobSpec(command=("true",), scheduler="pbs", output_dir="/o", cpus_per_task=8))[1]
+    '#PBS -l select=1:ncpus=8:mpiprocs=1'
 """
 
 from __future__ import annotations
