@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,21 +39,48 @@ def _parts(path: Path) -> tuple[str, ...]:
     return tuple(p for p in rel.parts if p != "__init__") or ("__init__",)
 
 
-def _imported(path: Path) -> set[tuple[str, ...]]:
-    """mldist modules (as parts below mldist) that ``path`` imports, at any depth of the file."""
-    here = _parts(path)
-    package = here if path.name == "__init__.py" else here[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+def _typing_only(tree: ast.Module) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:``: imports for annotations, which never run."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            skipped |= {id(inner) for stmt in node.body for inner in ast.walk(stmt)}  # the else branch runs
+    return skipped
+
+
+def _import_sites(path: Path, runtime_only: bool = False) -> dict[tuple[str, ...], int]:
+    """mldist modules (as parts below mldist) that ``path`` imports, at any depth, with the first line of each.
+
+    Args:
+        path: a module below ``src/mldist``.
+        runtime_only: leave out the imports under ``if TYPE_CHECKING:`` (they never run).
+
+    Example: ``from .groups import Group`` on line 29 of launch/local.py gives ``{("launch", "groups"): 29}``.
+    """
+    package = path.parent.relative_to(SRC).parts  # () for the facade and the top-level modules
+    tree = ast.parse(path.read_text())
+    skipped = _typing_only(tree) if runtime_only else set()
+    found: dict[tuple[str, ...], int] = {}
+    for node in ast.walk(tree):
+        targets: set[tuple[str, ...]] = set()
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[: len(package) - (node.level - 1)]
             target = base + tuple(node.module.split(".")) if node.module else base
-            found |= {(*target, alias.name) if not node.module else target for alias in node.names}
+            targets = {(*target, alias.name) if not node.module else target for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mldist."):
-            found.add(tuple(node.module.split("."))[1:])  # type: ignore[union-attr]
+            targets = {tuple(node.module.split("."))[1:]}  # type: ignore[union-attr]
         elif isinstance(node, ast.Import):
-            found |= {tuple(a.name.split("."))[1:] for a in node.names if a.name.startswith("mldist.")}
-    return {t for t in found if t}
+            targets = {tuple(a.name.split("."))[1:] for a in node.names if a.name.startswith("mldist.")}
+        for target in targets - {()}:
+            found[target] = min(found.get(target, node.lineno), node.lineno)  # ast.walk is not in line order
+    return found
+
+
+def _imported(path: Path) -> set[tuple[str, ...]]:
+    """mldist modules (as parts below mldist) that ``path`` imports, at any depth of the file."""
+    return set(_import_sites(path))
 
 
 def _third_party(path: Path) -> set[str]:
@@ -109,3 +138,94 @@ def test_public_names_keep_their_paths() -> None:
         assert callable(getattr(mldist, name))
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         _ = mldist.nonexistent  # type: ignore[attr-defined]
+
+
+#: Every package folder: its modules and subpackages must not import each other in a circle.
+PACKAGES = sorted(p.parent for p in SRC.rglob("__init__.py"))
+#: Imports the circle test does not count. ``mldist.__version__`` lives in the facade, which imports
+#: checkpoint; checkpoint (and cli, datasets, launch) read it inside a function once the facade has
+#: loaded, as test_imports_run_one_way allows too. A leaf module for the version would end this circle.
+FACADE_READS = {("__version__",)}
+
+
+def _member(path: Path, folder: Path) -> str:
+    """The member of ``folder`` that ``path`` belongs to: its module, or its subpackage as a whole."""
+    rel = path.relative_to(folder).parts
+    return rel[0] if len(rel) > 1 else path.stem  # "__init__" for the folder's own package module
+
+
+def _import_graph(folder: Path) -> dict[str, dict[str, str]]:
+    """Runtime imports between the members of one package folder: ``{importer: {imported: "file:line"}}``.
+
+    A subpackage is one member whose imports are those of all its modules (importing any of them
+    runs its ``__init__``). Importing the folder's package itself, or a name defined in its
+    ``__init__.py``, imports the member ``__init__``. Imports inside functions count: a
+    function-local import does not remove a circle, it only defers it.
+
+    Args:
+        folder: a package folder below ``src/mldist``.
+    """
+    package = folder.relative_to(SRC).parts
+    paths = sorted(folder.rglob("*.py"))
+    members = {_member(p, folder) for p in paths}
+    graph: dict[str, dict[str, str]] = {m: {} for m in members}
+    for path in paths:
+        importer = _member(path, folder)
+        for target, line in _import_sites(path, runtime_only=True).items():
+            if target[: len(package)] != package or target in FACADE_READS:
+                continue  # outside this folder, or a read of the facade's version
+            rest = target[len(package) :]
+            imported = rest[0] if rest and rest[0] in members else "__init__"
+            if imported != importer:
+                graph[importer].setdefault(imported, f"{path.relative_to(SRC)}:{line}")
+    return graph
+
+
+def _circles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with two members or more, each sorted."""
+    reach: dict[str, set[str]] = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        reach[start] = seen
+    components = {frozenset({a, *(b for b in reach[a] if a in reach[b])}) for a in graph}
+    return sorted(sorted(c) for c in components if len(c) > 1)
+
+
+def _cycle(graph: dict[str, dict[str, str]], component: list[str]) -> str:
+    """One import cycle through the component's first member, with the line of each import."""
+    start = component[0]
+    paths = {start: [start]}
+    todo = [start]
+    while todo:  # breadth first: the shortest way back to the start
+        here = todo.pop(0)
+        for nxt in graph[here]:
+            if nxt == start:
+                hops = [*paths[here], start]
+                sites = "; ".join(f"{graph[a][b]} imports {b}" for a, b in itertools.pairwise(hops))
+                return f"{' -> '.join(hops)} ({sites})"
+            if nxt in component and nxt not in paths:
+                paths[nxt] = [*paths[here], nxt]
+                todo.append(nxt)
+    raise AssertionError(f"no cycle through {start} in {component}")
+
+
+def _package_param(folder: Path) -> Any:
+    """One case of the circle test, named after the folder (``mldist`` for the top level)."""
+    name = "/".join(folder.relative_to(SRC).parts) or "mldist"
+    return pytest.param(folder, id=name)
+
+
+@pytest.mark.parametrize("folder", [_package_param(f) for f in PACKAGES])
+def test_no_import_circle_within_a_package(folder: Path) -> None:
+    graph = _import_graph(folder)
+    found = [f"{', '.join(c)}: {_cycle(graph, c)}" for c in _circles(graph)]
+    assert not found, (
+        f"import circle in {'/'.join(('mldist', *folder.relative_to(SRC).parts))}: "
+        + "; ".join(found)
+        + (" (move the shared code into a module both import; a function-local import only hides the circle)")
+    )

@@ -22,6 +22,7 @@ from typing import Any
 from .. import runtime
 from ..errors import NotInitializedError, UnsupportedError
 from ..placement import detect
+from .pickled import gather_objects
 
 # Horovod's ReduceOp values (users compare and store them as ints).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -81,8 +82,6 @@ def _discover_nodes(ctx: runtime.Context) -> Nodes:
     placement = detect(os.environ)
     if placement.rank_nodes is not None:
         return _nodes_from_names([str(n) for n in placement.rank_nodes], ctx.rank)
-    from .objects import gather_objects
-
     key = f"node{placement.node_index}" if placement.node_index is not None else socket.gethostname()
     return _nodes_from_names([str(k) for k in gather_objects(key)], ctx.rank)
 

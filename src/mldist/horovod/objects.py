@@ -1,7 +1,8 @@
 """Horovod's variable and Python-object helpers: broadcast_variables, broadcast_object, allgather_object.
 
 Objects travel pickled (cloudpickle when installed, so lambdas and local
-functions work as in Horovod) as uint8 tensors through the engine.
+functions work as in Horovod) as uint8 tensors through the engine
+(:mod:`mldist.horovod.pickled`).
 
 Example::
 
@@ -19,15 +20,7 @@ from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from . import basics
 from .basics import check_process_set
-
-
-def _pickle() -> Any:
-    try:
-        import cloudpickle
-
-        return cloudpickle
-    except ImportError:
-        return pickle
+from .pickled import bytes_tensor, gather_objects, pickler
 
 
 def _check_root(root_rank: int) -> None:
@@ -72,13 +65,6 @@ def broadcast_global_variables(root_rank: int) -> None:
     )
 
 
-def _bytes_tensor(data: bytes) -> Any:
-    import numpy as np
-    import tensorflow as tf
-
-    return tf.constant(np.frombuffer(data, np.uint8))
-
-
 def broadcast_object(
     obj: Any = None, root_rank: int = 0, session: Any = None, name: str | None = None, process_set: Any = None
 ) -> Any:
@@ -95,9 +81,9 @@ def broadcast_object(
     import tensorflow as tf
 
     me = basics.rank()
-    data = _pickle().dumps(obj) if me == root_rank else b""
+    data = pickler().dumps(obj) if me == root_rank else b""
     length = runtime.broadcast(tf.constant([len(data)], tf.int64), root=root_rank)
-    payload = _bytes_tensor(data) if me == root_rank else tf.zeros([int(length[0])], tf.uint8)
+    payload = bytes_tensor(data) if me == root_rank else tf.zeros([int(length[0])], tf.uint8)
     received = runtime.broadcast(payload, root=root_rank)
     return obj if me == root_rank else pickle.loads(received.numpy().tobytes())
 
@@ -119,19 +105,3 @@ def allgather_object(obj: Any, session: Any = None, name: str | None = None, pro
     check_process_set(process_set)
     basics.context()
     return gather_objects(obj)
-
-
-def gather_objects(obj: Any) -> list[Any]:
-    """:func:`allgather_object` on mldist's runtime alone (``hvd.init`` uses it before it has finished)."""
-    if runtime.context().size == 1:
-        return [obj]
-    import tensorflow as tf
-
-    data = _pickle().dumps(obj)
-    lengths = runtime.allgather(tf.constant([len(data)], tf.int64)).numpy()
-    gathered = runtime.allgather(_bytes_tensor(data)).numpy().tobytes()
-    out, start = [], 0
-    for n in lengths:
-        out.append(pickle.loads(gathered[start : start + int(n)]))
-        start += int(n)
-    return out

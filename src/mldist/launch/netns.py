@@ -29,6 +29,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from .procs import die_with_parent
+
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _READY_SECONDS = 10.0
 
@@ -76,7 +78,6 @@ class PrivateNetwork:
         if missing:
             return f"{' and '.join(missing)} not found"
         as_root = os.geteuid() == 0
-        from .local import die_with_parent
 
         holder = subprocess.Popen(
             holder_argv(as_root),

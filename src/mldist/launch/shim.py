@@ -26,7 +26,7 @@ from typing import IO
 
 from ..files import atomic_write
 from ..placement import detect
-from .local import FORWARDED, die_with_parent
+from .procs import FORWARDED, die_with_parent
 
 #: The launcher passes per-rank CPU sets (``--cpu-bind cores``) as "0,1;2,3".
 CPU_SETS = "MLDIST_CPU_SETS"
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     me = detect(os.environ)  # mpiexec's variables
     rank = me.rank
     _bind(rank)
-    os.environ.update(  # what workers of `mldist run` get either way (see local.worker_env)
+    os.environ.update(  # what workers of `mldist run` get either way (see procs.worker_env)
         MLDIST_RANK=str(rank),
         MLDIST_SIZE=str(me.size),
         MLDIST_LOCAL_RANK=str(me.local_rank),

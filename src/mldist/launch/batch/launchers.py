@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .schedulers import scheduler
+
 if TYPE_CHECKING:
     from .spec import JobSpec
 
@@ -176,8 +178,6 @@ LAUNCHERS: dict[str, Launcher] = {
 
 def launch_argv(s: JobSpec) -> list[str]:
     """The launch line's words before the rank command."""
-    from .schedulers import scheduler
-
     return LAUNCHERS[s.launcher_name].argv(plan(s, scheduler(s.scheduler).nodefile))
 
 

@@ -18,6 +18,10 @@ import re
 from dataclasses import dataclass, fields
 
 from ...errors import ConfigError
+from .expand import pieces
+from .launchers import LAUNCHERS
+from .schedulers import scheduler
+from .schedulers.base import hms as hms  # re-exported: it lived here, and callers may import it from here
 
 # Matched with fullmatch: a trailing newline must not pass (it would end a directive line).
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
@@ -61,16 +65,6 @@ def parse_time(text: str) -> int:
     if seconds > MAX_TIME_SECONDS:
         raise ConfigError(f"--time {text!r} is longer than a year; give the job's real limit")
     return seconds
-
-
-def hms(seconds: int) -> str:
-    """``H:MM:SS`` for a number of seconds.
-
-    Example:
-        >>> hms(5400)
-        '1:30:00'
-    """
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -170,8 +164,6 @@ class JobSpec:
     @property
     def launcher_name(self) -> str:
         """The launcher that starts the ranks: ``launcher``, else the scheduler's own."""
-        from .schedulers import scheduler  # the schedulers import this module
-
         return self.launcher or scheduler(self.scheduler).launcher
 
     @property
@@ -190,13 +182,11 @@ def _check(value: str | None, pattern: re.Pattern[str], what: str, hint: str) ->
         raise ConfigError(f"{what} {value!r} is refused: {hint}")
 
 
-def _directive_path(path: str, scheduler: str) -> None:
-    from .schedulers import scheduler as record  # the records import this module
-
-    found = [c for c in record(scheduler).path_forbidden if c in path]
+def _directive_path(path: str, name: str) -> None:
+    found = [c for c in scheduler(name).path_forbidden if c in path]
     if found:
         raise ConfigError(
-            f"--output-dir {path!r} has {found[0]!r}, which {scheduler} directives cannot carry; choose a plainer path"
+            f"--output-dir {path!r} has {found[0]!r}, which {name} directives cannot carry; choose a plainer path"
         )
 
 
@@ -261,9 +251,6 @@ def _validate(s: JobSpec) -> None:
 
 def _validate_recipe(s: JobSpec) -> None:
     """The launcher, GPU request, --wrap placeholders, container image and job-time --env values."""
-    from .expand import pieces
-    from .launchers import LAUNCHERS
-
     if s.launcher is not None and s.launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
     if s.gpu_request not in GPU_REQUESTS:

@@ -102,6 +102,19 @@ def format_directives(prefix: str, separator: str, rows: Sequence[Row]) -> list[
     return [f"{prefix} {flag}{separator + value if value else ''}" for flag, value in rows if value is not None]
 
 
+def hms(seconds: int) -> str:
+    """``H:MM:SS`` for a number of seconds (wall times in directives).
+
+    Args:
+        seconds: a duration, at least 0.
+
+    Example:
+        >>> hms(5400)
+        '1:30:00'
+    """
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
 def last_line(output: str) -> str:
     """The last non-blank line of a command's output, stripped ('' if none)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from ..spec import JobSpec
 from .base import JobStatus, Row, Scheduler
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
 
 _STATES = {"queued": "PENDING", "user_hold": "PENDING", "running": "RUNNING", "exiting": "RUNNING"}
 

@@ -9,10 +9,13 @@ Example:
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from ..spec import JobSpec, hms
-from .base import JobStatus, Row, Scheduler
+from .base import JobStatus, Row, Scheduler, hms
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
 
 _STATES = {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "R": "RUNNING", "E": "RUNNING", "F": "FINISHED"}
 _VERSION = r"pbs_version|OpenPBS|PBS ?Pro"

@@ -9,10 +9,13 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from ..spec import JobSpec, hms
-from .base import JobStatus, Row, Scheduler, last_line
+from .base import JobStatus, Row, Scheduler, hms, last_line
+
+if TYPE_CHECKING:
+    from ..spec import JobSpec
 
 
 def slurm_time(seconds: int) -> str:

@@ -1,0 +1,135 @@
+"""What ``mldist run`` was asked to do: the validated ``RunConfig`` and the checks made before any start.
+
+Nothing here starts a process: the process utilities (:mod:`mldist.launch.procs`),
+the groups and the supervisor (:mod:`mldist.launch.local`) all read this module,
+and it reads none of them.
+
+Example:
+    >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"), communication="ring")
+    >>> cfg.nprocs, cfg.communication, cfg.network
+    (2, 'ring', 'auto')
+    >>> RunConfig(nprocs=0, command=("python",))
+    Traceback (most recent call last):
+    ...
+    mldist.errors.ConfigError: -n 0: start 1 to 4096 workers on one host
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+
+from ..errors import ConfigError, LaunchError
+
+#: The values of ``--communication``: the workers' collective engine.
+COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
+#: The values of ``--network``: where directly started workers' servers listen.
+NETWORKS = ("auto", "private", "host")
+#: The most workers ``mldist run`` starts on one host.
+MAX_WORKERS = 4096
+#: Descriptors the launcher holds per worker (output pipes, FIFOs, ports while choosing), and for itself.
+_FDS_PER_WORKER, _FDS_BASE = 6, 64
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``mldist run`` was asked to do.
+
+    Args:
+        nprocs: number of workers.
+        command: argv of each worker.
+        log_dir: write ``rank-R.log`` files here instead of prefixed output.
+        grace: seconds workers get after a forwarded SIGINT/SIGTERM.
+        failure_grace: seconds the others get after one worker failed.
+        cpu_bind: "none", or "cores" to give each worker its own CPUs.
+        max_restarts: restart the whole group this many times after a worker
+            failure (not after exit code 75 or a signal to the launcher).
+        communication: the workers' engine: "auto" and "mpi" start them through
+            mpiexec when one is found (one MPI world), "ring"/"nccl" start them directly.
+        network: for workers started directly (TensorFlow's engines): "private" runs them in
+            a network namespace of their own, "host" on this host's network, "auto" private
+            where the platform allows it.
+        verbose: show TensorFlow's start-up notices too (hidden by default: every rank repeats them).
+        profile_steps: "A:B" to record a timeline of those steps on every rank (``MLDIST_PROFILE_STEPS``).
+        run_dir: the run directory (config.json, rank-R.log, summary.json; ``MLDIST_RUN_DIR``
+            for the workers), or None for none; see :mod:`mldist.launch.rundir`.
+
+    Example:
+        >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
+        2
+    """
+
+    nprocs: int
+    command: tuple[str, ...]
+    log_dir: str | None = None
+    grace: float = 60.0
+    failure_grace: float = 5.0
+    cpu_bind: str = "none"
+    max_restarts: int = 0
+    communication: str = "auto"
+    network: str = "auto"
+    verbose: bool = False
+    profile_steps: str | None = None
+    run_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nprocs <= MAX_WORKERS:
+            raise ConfigError(f"-n {self.nprocs}: start 1 to {MAX_WORKERS} workers on one host")
+        if not self.command:
+            raise ConfigError("no command given: mldist run -n 2 -- python train.py")
+        for name, value in (("--grace", self.grace), ("--failure-grace", self.failure_grace)):
+            if not 0 <= value <= 7 * 86400:  # also refuses nan and inf: a kill must follow
+                raise ConfigError(f"{name} {value}: give 0 to 604800 seconds")
+        if self.cpu_bind not in ("none", "cores"):
+            raise ConfigError(f"--cpu-bind {self.cpu_bind!r}: use 'none' or 'cores'")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts {self.max_restarts} cannot be negative")
+        if self.network not in NETWORKS:
+            raise ConfigError(f"--network {self.network!r} is not one of {', '.join(NETWORKS)}")
+        if self.communication not in COMMUNICATIONS:
+            raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
+
+
+def prepare_log_dir(path: str) -> None:
+    """Create ``--log-dir`` (owner-only) or raise ConfigError saying why it cannot hold the logs.
+
+    Args:
+        path: the ``--log-dir`` value.
+
+    Example:
+        >>> import os, tempfile
+        >>> logs = os.path.join(tempfile.mkdtemp(), "logs")
+        >>> prepare_log_dir(logs); os.path.isdir(logs)
+        True
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"--log-dir {path!r} is a file; name a directory")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--log-dir {path!r} cannot be created ({exc.strerror}); name a writable directory") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--log-dir {path!r} is not writable; name a writable directory")
+
+
+def ensure_descriptors(nprocs: int) -> None:
+    """Raise the soft open-file limit as far as needed for ``nprocs`` workers, or refuse with the reason.
+
+    Args:
+        nprocs: how many workers the launcher will hold pipes and ports for.
+
+    Example:
+        >>> ensure_descriptors(2)  # 76 descriptors: every shell allows that many
+    """
+    need = _FDS_BASE + _FDS_PER_WORKER * nprocs
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise LaunchError(
+        f"-n {nprocs} needs about {need} open files but this shell allows {hard} (ulimit -Hn); "
+        f"start at most {(hard - _FDS_BASE) // _FDS_PER_WORKER} workers or raise the limit"
+    )

@@ -1,0 +1,168 @@
+"""Process utilities of ``mldist run``: worker environments, ports, CPU sets, signals and exit reports.
+
+Shared by the groups that start workers (:mod:`mldist.launch.groups`,
+:mod:`mldist.launch.mpiexec`), the per-rank shim and the supervisor
+(:mod:`mldist.launch.local`); this module starts nothing itself.
+
+Example:
+    >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
+    >>> sorted(worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1"))[:3]
+    ['MLDIST_COMMUNICATION', 'MLDIST_LAUNCHER_PID', 'MLDIST_LOCAL_RANK']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+
+from .config import RunConfig
+
+#: Signals forwarded to every worker. INT/TERM also start the grace period.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Forwarded signals that mean "stop": the workers get the grace period and the group is not restarted.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports that are free now (all held open while choosing).
+
+    Args:
+        n: how many ports.
+        host: the address they are free on.
+
+    Example:
+        >>> len(set(free_ports(3)))
+        3
+    """
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
+    """Split this process's CPUs into ``n`` contiguous sets (shared if too few).
+
+    Args:
+        cpus: the CPUs this process may use.
+        n: how many sets (one per worker).
+
+    Example:
+        >>> cpu_sets([0, 1, 2, 3], 2)
+        [[0, 1], [2, 3]]
+        >>> cpu_sets([0, 1], 4)
+        [[0], [0], [1], [1]]
+    """
+    if len(cpus) >= n:
+        per = len(cpus) // n
+        return [list(cpus[i * per : (i + 1) * per]) for i in range(n)]
+    return [[cpus[i * len(cpus) // n]] for i in range(n)]
+
+
+def worker_env(
+    base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
+) -> dict[str, str]:
+    """The environment of worker ``rank``: what ``mldist.placement.detect`` reads.
+
+    Args:
+        base: the launcher's environment.
+        cfg: the run configuration.
+        rank: the worker's rank.
+        workers: ``host:port`` of every worker.
+        run_id: identifies this run (also in ``MLDIST_RUN_ID``).
+        restart: how many times the group was restarted (``MLDIST_RESTART``).
+
+    Example:
+        >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
+        >>> worker_env({"TF_CONFIG": "{}"}, cfg, 1, ["h:1", "h:2"], "r1", restart=3)["MLDIST_RESTART"]
+        '3'
+    """
+    env = dict(base)
+    for stale in ("TF_CONFIG", "MLDIST_RUN_DIR"):
+        env.pop(stale, None)
+    env.update(
+        MLDIST_COMMUNICATION=cfg.communication,
+        MLDIST_RANK=str(rank),
+        MLDIST_SIZE=str(cfg.nprocs),
+        MLDIST_LOCAL_RANK=str(rank),
+        MLDIST_LOCAL_SIZE=str(cfg.nprocs),
+        MLDIST_NODE_RANK="0",
+        MLDIST_WORKERS=",".join(workers),
+        MLDIST_RUN_ID=run_id,
+        MLDIST_RESTART=str(restart),
+        MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
+    )
+    if cfg.profile_steps:
+        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
+    if cfg.run_dir:
+        env["MLDIST_RUN_DIR"] = os.path.abspath(cfg.run_dir)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    return env
+
+
+def exit_code(returncode: int) -> int:
+    """The shell's exit code for a Popen return code (killed by signal N: 128 + N).
+
+    Args:
+        returncode: as ``Popen.returncode``: negative when a signal killed the process.
+
+    Example:
+        >>> exit_code(3), exit_code(-signal.SIGTERM)
+        (3, 143)
+    """
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(rank: int, returncode: int) -> str:
+    """How rank ``rank`` ended, for the launcher's messages.
+
+    Args:
+        rank: the worker's rank.
+        returncode: its Popen return code (negative: killed by that signal).
+
+    Example:
+        >>> describe(1, -signal.SIGKILL)
+        'rank 1 was killed by SIGKILL (exit code 137)'
+    """
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        return f"rank {rank} was killed by {name} (exit code {128 - returncode})"
+    return f"rank {rank} exited with code {returncode}"
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (runs between fork and exec).
+
+    Example::
+
+        subprocess.Popen(argv, preexec_fn=die_with_parent)
+    """
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def say(message: str) -> None:
+    """Print one of the launcher's own messages on stderr, as ``mldist run: MESSAGE``.
+
+    Args:
+        message: the text, without the prefix.
+
+    Example::
+
+        say("restarting the group (1 of 2) after: rank 0 exited with code 1")
+    """
+    print(f"mldist run: {message}", file=sys.stderr, flush=True)
