@@ -16,22 +16,26 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
 from ..errors import LaunchError
 from ..placement.resources import cpu_probe
 from .netns import PrivateNetwork
+from .procs import cpu_sets, die_with_parent, free_ports, say, worker_env
 
 if TYPE_CHECKING:
-    from .local import RunConfig
+    from .config import RunConfig
 
 
 class Worker(Protocol):
@@ -61,17 +65,21 @@ def pump(
     lock: threading.Lock,
     verbose: bool = True,
     tee: IO[bytes] | None = None,
+    on_error: Callable[[], None] | None = None,
 ) -> None:
     """Copy lines from ``source()`` to ``out`` with ``prefix``, whole lines at a time.
 
     ``source`` is called in the pump's own thread: opening a FIFO blocks until its writer opens it.
     Without ``verbose``, TensorFlow's start-up notices (:data:`STARTUP_NOISE`) are left out.
     ``tee`` (the run directory's ``rank-R.log``) gets every line too, without the prefix.
+    ``on_error`` is called for each ``mldist: error`` line (the worker's own last words got through).
     """
     stream = source()
     for line in iter(stream.readline, b""):
         if not verbose and STARTUP_NOISE.search(line):
             continue
+        if on_error is not None and line.startswith(ERROR_LINE):
+            on_error()
         with lock:
             out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
             out.flush()
@@ -82,12 +90,29 @@ def pump(
     stream.close()
 
 
-class Group(ABC):
-    """What both kinds of group share: output pumps, log files, signalling."""
+#: How a worker's one-line reason for leaving starts (mldist.runtime.leave).
+ERROR_LINE = b"mldist: error"
+#: Where the launcher tells workers to leave their last words, and which engine it decided.
+NOTES, ENGINE = "MLDIST_NOTES", "MLDIST_ENGINE"
 
-    def __init__(self, cfg: RunConfig, restart: int = 0) -> None:
+
+class Group(ABC):
+    """What both kinds of group share: output pumps, log files, signalling, the workers' last words.
+
+    Args:
+        cfg: the run configuration.
+        restart: how many times the group was started before.
+        engine: the engine the launcher decided (``MLDIST_ENGINE`` for the workers), or "".
+    """
+
+    def __init__(self, cfg: RunConfig, restart: int = 0, engine: str = "") -> None:
         self.cfg = cfg
         self.restart = restart
+        self.engine = engine
+        #: Each rank's last words (``note-R``), in a directory only this user can read.
+        self.notes = tempfile.mkdtemp(prefix="mldist-notes-")
+        self.tees: dict[int, IO[bytes]] = {}
+        self.said: set[int] = set()  # ranks whose own output showed their "mldist: error" line
         self.run_id = uuid.uuid4().hex[:12]
         self.procs: list[Worker] = []
         self.pumps: list[threading.Thread] = []
@@ -100,10 +125,32 @@ class Group(ABC):
     def start(self) -> None:
         """Start every worker (raises LaunchError if they cannot start)."""
 
+    def launch_env(self) -> dict[str, str]:
+        """What every worker gets from the group: the decided engine and the notes directory."""
+        return {NOTES: self.notes, **({ENGINE: self.engine} if self.engine else {})}
+
+    def last_words(self, rank: int) -> str:
+        """The one line rank ``rank`` left in the notes directory ("" if none)."""
+        try:
+            return Path(self.notes, f"note-{rank}").read_text(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def show_last_words(self) -> None:
+        """Print each rank's last words that its own output did not show (fd 2 redirected), and log them."""
+        for rank in range(len(self.procs)):
+            words = self.last_words(rank)
+            if not words or rank in self.said:
+                continue
+            with self.lock:
+                sys.stderr.buffer.write(f"[{rank}] {words}\n".encode())
+                sys.stderr.buffer.flush()
+                if rank in self.tees:
+                    with contextlib.suppress(ValueError):
+                        self.tees[rank].write(f"{words}\n".encode())
+
     def cpu_sets(self) -> list[list[int]] | None:
         """Per-rank CPU sets for ``--cpu-bind cores``, else None."""
-        from .local import cpu_sets
-
         return cpu_sets(cpu_probe().allowed, self.cfg.nprocs) if self.cfg.cpu_bind == "cores" else None
 
     def add_pumps(self, rank: int, stdout: Callable[[], IO[bytes]], stderr: Callable[[], IO[bytes]]) -> None:
@@ -113,8 +160,9 @@ class Group(ABC):
         if self.cfg.run_dir:  # the run directory's copy, unprefixed
             tee = open(os.path.join(self.cfg.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
             self.logs.append(tee)
+            self.tees[rank] = tee
         for src, dst in ((stdout, sys.stdout.buffer), (stderr, sys.stderr.buffer)):
-            args = (src, prefix, dst, self.lock, self.cfg.verbose, tee)
+            args = (src, prefix, dst, self.lock, self.cfg.verbose, tee, lambda r=rank: self.said.add(r))
             t = threading.Thread(target=pump, args=args, daemon=True)
             t.start()
             self.pumps.append(t)
@@ -149,6 +197,8 @@ class Group(ABC):
         deadline = time.monotonic() + 2
         for t in self.pumps:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.show_last_words()
+        shutil.rmtree(self.notes, ignore_errors=True)
         for log in self.logs:
             log.close()
         net = getattr(self, "net", None)
@@ -163,15 +213,13 @@ class DirectGroup(Group):
 
     def _network(self) -> PrivateNetwork | None:
         """The private network for TensorFlow's servers, per ``cfg.network``; says once what it chose."""
-        from .local import _say
-
         cfg = self.cfg
         if cfg.network == "host" or cfg.nprocs == 1:
             return None
         got = PrivateNetwork.start()
         if isinstance(got, PrivateNetwork):
             if self.restart == 0:
-                _say(
+                say(
                     "workers share a private network namespace (TensorFlow's server is unauthenticated; "
                     "no other network in it: --network host to allow)"
                 )
@@ -179,7 +227,7 @@ class DirectGroup(Group):
         if cfg.network == "private":
             raise LaunchError(f"--network private: no private network namespace here ({got})")
         if self.restart == 0:
-            _say(
+            say(
                 f"warning: TensorFlow's unauthenticated server is reachable on this host's network ({got}); "
                 "the MPI engine (--communication mpi) starts none"
             )
@@ -187,8 +235,6 @@ class DirectGroup(Group):
 
     def start(self) -> None:
         """Start every worker; raises LaunchError (after killing the started ones) if one cannot start."""
-        from .local import die_with_parent, free_ports, worker_env
-
         cfg = self.cfg
         self.net = self._network()
         command = self.net.enter(cfg.command) if self.net else list(cfg.command)
@@ -197,7 +243,7 @@ class DirectGroup(Group):
         if cfg.log_dir:
             os.makedirs(cfg.log_dir, exist_ok=True)
         for rank in range(cfg.nprocs):
-            env = worker_env(os.environ, cfg, rank, workers, self.run_id, self.restart)
+            env = worker_env(os.environ, cfg, rank, workers, self.run_id, self.restart) | self.launch_env()
             if sets:
                 env.setdefault("OMP_NUM_THREADS", str(len(sets[rank])))
             out: int | IO[bytes] = subprocess.PIPE

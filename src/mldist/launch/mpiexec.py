@@ -25,6 +25,7 @@ from typing import IO
 
 from ..errors import LaunchError
 from .groups import Group
+from .procs import die_with_parent, free_ports
 
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
 _STALE = (
@@ -128,8 +129,6 @@ class MpiexecGroup(Group):
 
     def start(self) -> None:
         """Start mpiexec with one shim per rank; LaunchError if mpiexec or the command is missing."""
-        from .local import die_with_parent
-
         cfg, found = self.cfg, find_mpiexec(os.environ)
         if found is None:
             raise LaunchError("no mpiexec beside Python or on PATH: pip install 'mldist[cpu]', or --communication ring")
@@ -137,7 +136,6 @@ class MpiexecGroup(Group):
             raise LaunchError(f"cannot start {cfg.command[0]!r}: No such file or directory")
         kind = flavour(found)
         self.run_dir = Path(tempfile.mkdtemp(prefix="mldist-run-"))
-        from .local import free_ports
 
         extra = {
             "MLDIST_RUN_ID": self.run_id,
@@ -146,6 +144,7 @@ class MpiexecGroup(Group):
             "MLDIST_LAUNCHER_PID": str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
+            **self.launch_env(),
         }
         if cfg.profile_steps:
             extra["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
@@ -179,6 +178,7 @@ class MpiexecGroup(Group):
     def finish(self) -> None:
         """Stop the workers and mpiexec, show mpiexec's own complaint if a rank never ran, clean up."""
         if self.run_dir is None:  # start() refused before making anything
+            shutil.rmtree(self.notes, ignore_errors=True)
             return
         for fifo in self.run_dir.glob("*-[0-9]*"):  # a pump still waiting for a writer gets EOF
             if fifo.is_fifo():

@@ -44,11 +44,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MldistError
 from ..files import atomic_write, make_dirs
+from ..placement.engines import Decision
 from ..placement.resources import thread_plan
 
 if TYPE_CHECKING:
+    from .config import RunConfig
     from .groups import Worker
-    from .local import RunConfig
 
 #: The variable that tells every worker where the run directory is.
 RUN_DIR_ENV = "MLDIST_RUN_DIR"
@@ -170,16 +171,19 @@ def now_iso() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def config_record(cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> dict[str, Any]:
+def config_record(
+    cfg: RunConfig, started_by: str, env: Mapping[str, str], engine: Decision | None = None
+) -> dict[str, Any]:
     """What config.json says about a run of ``cfg``.
 
     Args:
         cfg: the run configuration.
         started_by: how the workers are started: "mpiexec" or "direct".
         env: the launcher's environment (for the thread plan).
+        engine: the launcher's engine decision (:func:`mldist.placement.engines.decide`).
 
     Example:
-        >>> from mldist.launch.local import RunConfig
+        >>> from mldist.launch.config import RunConfig
         >>> config_record(RunConfig(2, ("python", "t.py")), "direct", {})["ranks"]
         2
     """
@@ -187,6 +191,8 @@ def config_record(cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> di
         "launcher": {"name": "mldist run", "workers_started_by": started_by, "pid": os.getpid()},
         "ranks": cfg.nprocs,
         "engine_requested": cfg.communication,
+        "engine": engine.name if engine else None,
+        "engine_reason": engine.reason if engine else "",
         "network": cfg.network,
         "cpu_bind": cfg.cpu_bind,
         "max_restarts": cfg.max_restarts,
@@ -310,7 +316,7 @@ class Record:
         record.end(0, group.procs, restarts=0, signals=[])
     """
 
-    def __init__(self, cfg: RunConfig, started_by: str) -> None:
+    def __init__(self, cfg: RunConfig, started_by: str, engine: Decision | None = None) -> None:
         assert cfg.run_dir is not None
         self.cfg = cfg
         self.path = prepare_run_dir(cfg.run_dir).resolve()
@@ -318,7 +324,7 @@ class Record:
         for stale in (*self.path.glob("rank-*.metrics.json"), self.path / "summary.json"):
             with contextlib.suppress(OSError):
                 stale.unlink()  # a reused directory: reports of an earlier run would be merged
-        self.config = config_record(cfg, started_by, os.environ)
+        self.config = config_record(cfg, started_by, os.environ, engine)
         self.config["run_dir"] = str(self.path)
         write_json(self.path / "config.json", self.config)
         print(f"mldist run: run directory {cfg.run_dir}", file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import MldistError
 from ..placement import build_cluster_spec, detect, no_discovery
+from ..placement.engines import gpu_device_nodes, requested_engine
 
 STATUSES = ("ok", "warn", "fail")
 
@@ -81,7 +82,7 @@ def check_worker_network(env: Mapping[str, str]) -> Check:
 
 
 def check_mpi(env: Mapping[str, str]) -> Check:
-    """Whether the MPI engine (no TensorFlow server) is available, and agrees with the launcher."""
+    """Which engine ``init`` would use here (decided as ``init`` decides), and whether MPI is possible."""
     try:
         import mpi4py  # noqa: F401
     except ImportError:
@@ -91,25 +92,20 @@ def check_mpi(env: Mapping[str, str]) -> Check:
             "mpi4py is not installed: CPU workers fall back to TensorFlow's RING engine",
             "pip install 'mldist[cpu]' (or build mpi4py against the site's MPI)",
         )
-    from ..runtime.engine import MpiWorld, probe_mpi
+    from ..runtime.worker import decide_here
 
-    world = probe_mpi(env)
-    if world is None:
-        return Check("MPI engine", "ok", "mpi4py is importable")
-    if not isinstance(world, MpiWorld):
-        return Check("MPI engine", "fail", world, "fix the MPI installation, or set MLDIST_COMMUNICATION=ring")
     try:
-        size = detect(env).size
+        placement = detect(env)
+        if placement.size == 1:
+            return Check("MPI engine", "ok", "mpi4py is importable (one process here: no collectives)")
+        decision, library = decide_here(placement, requested_engine(None, env), gpu_device_nodes(), env)
     except MldistError as exc:
-        return Check("MPI engine", "warn", f"cannot tell the launcher's size ({exc})")
-    if world.size != size:
-        return Check(
-            "MPI engine",
-            "warn",
-            f"mpi4py sees a world of {world.size} but the launcher started {size} tasks: RING will be used",
-            "build mpi4py against the launcher's MPI (or srun --mpi=pmix with a PMIx-enabled MPI)",
-        )
-    return Check("MPI engine", "ok", f"mpi4py's world ({world.size}) matches the launcher ({world.library})")
+        return Check("MPI engine", "fail", str(exc), "fix the MPI installation, or set MLDIST_COMMUNICATION=ring")
+    if decision.name == "ring" and decision.reason:
+        return Check("MPI engine", "warn", f"RING will be used: {decision.reason}", "see the README's MPI section")
+    detail = f" ({library})" if library else ""
+    why = f": {decision.reason}" if decision.reason else ""
+    return Check("MPI engine", "ok", f"init() will use the {decision.name} engine{detail}{why}")
 
 
 def _as_list(outcome: Check | list[tuple[str, str, str, str]]) -> list[Check]:

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import MldistError
-from ..placement import build_cluster_spec, detect
+from ..placement import Placement, build_cluster_spec, detect
+from ..placement.engines import requested_engine
 from ..placement.resources import (
     cpu_probe,
     openmp_defaults,
@@ -31,8 +32,8 @@ from ..placement.resources import (
     redact,
     thread_plan,
 )
-from ..runtime import engine
-from ..runtime.worker import mpi_allgather_hosts
+from ..runtime.engine import mpi_allgather_hosts
+from ..runtime.worker import decide_here
 
 #: Variables worth showing when present (prefix match).
 _SHOWN = (
@@ -111,27 +112,23 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         except ImportError:
             errors.append("TensorFlow is not installed: pip install 'mldist[cpu]' (or [gpu])")
     if "placement" in report:
-        report["engine"] = _engine(env, report["placement"], bool(report.get("gpus")))
+        report["engine"] = _engine(env, placement, bool(report.get("gpus")))
     report["errors"] = errors
     return report
 
 
-def _engine(env: Mapping[str, str], placement: Mapping[str, Any], has_gpu: bool) -> dict[str, str]:
-    """The engine ``init`` would choose, the MPI library behind it, and why not MPI (if so).
+def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict[str, str]:
+    """The engine ``init`` would choose (the same function decides), the MPI library behind it, and why.
 
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
     """
-    requested = (env.get("MLDIST_COMMUNICATION") or "auto").lower()
-    size, rank, launcher = placement["size"], placement["rank"], placement["launcher"]
-    out = {"requested": requested, "choice": "none (one process)", "mpi_library": "", "reason": ""}
-    if size == 1:
-        return out
-    world = engine.probe_mpi(env) if requested in ("auto", "mpi") and not has_gpu else None
-    if isinstance(world, engine.MpiWorld):
-        out["mpi_library"] = world.library
+    out = {"requested": "", "choice": "none (one process)", "mpi_library": "", "reason": ""}
     try:
-        choice = engine.choose(requested, rank, size, launcher, has_gpu, world)
-        out |= {"choice": choice.name, "reason": choice.reason}
+        out["requested"] = requested_engine(None, env)
+        if placement.size == 1:
+            return out
+        decision, library = decide_here(placement, out["requested"], has_gpu, env)
+        out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": library}
     except MldistError as exc:
         out |= {"choice": "error", "reason": str(exc)}
     return out

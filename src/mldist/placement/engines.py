@@ -1,0 +1,163 @@
+"""Which collective engine a run uses: decided once, by one pure function.
+
+The launcher (``mldist run``), every worker (``mldist.init``), ``mldist env``,
+``mldist doctor`` and the run directory's ``config.json`` all call :func:`decide`
+with the facts they see: the user's setting, whether the worker sees a GPU,
+the MPI world it joined (or why none), and its placement. The launcher passes
+its decision to the workers (``MLDIST_ENGINE``); a worker whose own facts give
+another answer uses its own and says so in one line (:func:`disagreement`).
+
+Example:
+    >>> decide("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=MpiWorld(0, 2, "Open MPI v5"))
+    Decision(name='mpi', reason='')
+    >>> decide("auto", rank=0, size=2, launcher="tf_config", gpu=False, mpi=None).name
+    'ring'
+    >>> decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None).name
+    'none'
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
+#: The variable in which the launcher hands its decision to the workers.
+DECIDED = "MLDIST_ENGINE"
+
+#: How to make mpi4py's world match the launcher's, per launcher (else :data:`DEFAULT_MPI_FIX`).
+MPI_FIXES = {
+    "slurm": "build mpi4py against the site's MPI, or use srun --mpi=pmix",
+    "aprun": "build mpi4py against Cray MPICH (module load cray-mpich; "
+    "MPICC='cc -shared' pip install --no-binary=mpi4py --no-cache-dir mpi4py)",
+}
+DEFAULT_MPI_FIX = "build mpi4py against the launcher's MPI"
+
+
+@dataclass(frozen=True)
+class MpiWorld:
+    """What mpi4py reports about the MPI world this process joined (or the launcher will form).
+
+    Args:
+        rank, size: ``COMM_WORLD``'s.
+        library: ``MPI.Get_library_version()``'s first line.
+    """
+
+    rank: int
+    size: int
+    library: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine ("none", "mpi", "ring" or "nccl") and, when it is not the obvious one, why."""
+
+    name: str
+    reason: str = ""
+
+
+def requested_engine(value: str | None, env: Mapping[str, str]) -> str:
+    """The user's setting: ``value``, else ``MLDIST_COMMUNICATION``, else "auto"; checked.
+
+    Example:
+        >>> requested_engine(None, {"MLDIST_COMMUNICATION": "RING"})
+        'ring'
+    """
+    comm = (value or env.get("MLDIST_COMMUNICATION") or "auto").strip().lower()
+    if comm not in COMMUNICATIONS:
+        raise ConfigError(f"communication={comm!r} is not one of {', '.join(COMMUNICATIONS)}")
+    return comm
+
+
+def mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None) -> str:
+    """Why the MPI engine cannot serve this placement ("" when it can), with the fix.
+
+    Example:
+        >>> mpi_problem(1, 2, "aprun", MpiWorld(0, 1, "Open MPI v5.0.8, package: ..."))[:44]
+        "mpi4py's MPI (Open MPI v5.0.8) sees rank 0 o"
+    """
+    if isinstance(mpi, str):
+        return mpi
+    if mpi is None:
+        return f"the {launcher!r} launcher started no MPI world (start the workers with mpiexec, srun or mldist run)"
+    if (mpi.size, mpi.rank) != (size, rank):
+        name = mpi.library.split(",")[0]
+        return (
+            f"mpi4py's MPI ({name}) sees rank {mpi.rank} of {mpi.size} but the {launcher!r} launcher says "
+            f"rank {rank} of {size}: {MPI_FIXES.get(launcher, DEFAULT_MPI_FIX)}"
+        )
+    return ""
+
+
+def needs_mpi_probe(requested: str, size: int, gpu: bool) -> bool:
+    """Whether :func:`decide` needs the MPI world (joining it initialises MPI: ask only then).
+
+    Example:
+        >>> needs_mpi_probe("auto", 2, gpu=True), needs_mpi_probe("mpi", 2, gpu=True)
+        (False, True)
+    """
+    return size > 1 and (requested == "mpi" or (requested == "auto" and not gpu))
+
+
+def decide(requested: str, *, rank: int, size: int, launcher: str, gpu: bool, mpi: MpiWorld | str | None) -> Decision:
+    """The engine for ``requested`` ("auto", "mpi", "ring" or "nccl") on this placement.
+
+    ``auto``: NCCL on GPU workers; MPI on CPU workers whose MPI world matches the
+    launcher; else RING with the reason. ``mpi`` on GPU workers is host-staged (the
+    fallback where NCCL stalls); it needs a matching world like on CPUs.
+
+    Args:
+        requested: the user's setting (see :func:`requested_engine`).
+        rank, size, launcher: this process's placement.
+        gpu: whether the worker sees a GPU.
+        mpi: the MPI world (joined, or to be formed by the launcher), a reason there is none,
+            or None when no MPI launcher started this process.
+
+    Example:
+        >>> decide("mpi", rank=0, size=2, launcher="mldist", gpu=True, mpi=MpiWorld(0, 2, "x")).reason[:11]
+        'host-staged'
+    """
+    if requested not in COMMUNICATIONS:
+        raise ConfigError(f"communication={requested!r} is not one of {', '.join(COMMUNICATIONS)}")
+    if size == 1:
+        return Decision("none", "one process: no collectives")
+    if requested == "nccl" and not gpu:
+        raise ConfigError("communication='nccl' needs a GPU on every worker; use 'mpi' or 'ring' on CPUs")
+    problem = mpi_problem(rank, size, launcher, mpi) if needs_mpi_probe(requested, size, gpu) else ""
+    if requested == "mpi" and problem:
+        raise ConfigError(f"communication='mpi' cannot work here: {problem}; or use communication='ring'")
+    if requested == "mpi" and gpu:
+        return Decision("mpi", "host-staged: GPU tensors are copied to host memory for MPI (asked for 'mpi')")
+    if requested != "auto":
+        return Decision(requested)
+    if gpu:
+        return Decision("nccl")
+    return Decision("ring", problem) if problem else Decision("mpi")
+
+
+def disagreement(decided: str | None, mine: Decision) -> str:
+    """The line a worker prints when the launcher's decision is not its own ("" when they agree).
+
+    Example:
+        >>> disagreement("mpi", Decision("ring", "no MPI world"))[:32]
+        'the launcher chose the mpi engin'
+    """
+    if not decided or decided == mine.name:
+        return ""
+    why = f" ({mine.reason})" if mine.reason else ""
+    return f"the launcher chose the {decided} engine but this worker can only use {mine.name}{why}; using {mine.name}"
+
+
+def gpu_device_nodes(exists: Callable[[str], bool] = os.path.exists) -> bool:
+    """Whether this host shows a GPU, without importing TensorFlow (4 s): the drivers' device nodes.
+
+    For the launcher and the tools; a worker asks TensorFlow, which also honours CUDA_VISIBLE_DEVICES.
+
+    Example:
+        >>> gpu_device_nodes(lambda path: path == "/dev/kfd")
+        True
+    """
+    return exists("/dev/nvidia0") or exists("/dev/kfd")

@@ -1,0 +1,126 @@
+"""The engine decision: one pure function, used by the launcher, the worker and the tools alike."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from mldist.errors import ConfigError
+from mldist.placement import Placement, engines
+from mldist.placement.engines import Decision, MpiWorld, decide, disagreement
+
+WORLD2 = MpiWorld(0, 2, "Open MPI v5.0.11, package: Open MPI")
+NO_MPI4PY = "mpi4py is not installed (pip install 'mldist[cpu]')"
+
+
+@pytest.mark.parametrize(
+    "requested, gpu, mpi, name, reason",
+    [
+        # CPU with a matching MPI world: MPI.
+        ("auto", False, WORLD2, "mpi", ""),
+        ("mpi", False, WORLD2, "mpi", ""),
+        # CPU, a world of 1 under a 2-rank launcher (PyPI Open MPI under srun --mpi=pmi2, aprun): RING, saying why.
+        ("auto", False, MpiWorld(0, 1, "Open MPI v5"), "ring", "sees rank 0 of 1 but the 'slurm' launcher says"),
+        # CPU, mpi4py missing: RING with that reason.
+        ("auto", False, NO_MPI4PY, "ring", "mpi4py is not installed"),
+        # CPU, no MPI launcher at all (TF_CONFIG): RING.
+        ("auto", False, None, "ring", "started no MPI world"),
+        ("ring", False, WORLD2, "ring", ""),
+        # GPU: NCCL by default, RING or MPI (host-staged) when asked.
+        ("auto", True, None, "nccl", ""),
+        ("nccl", True, None, "nccl", ""),
+        ("ring", True, None, "ring", ""),
+        ("mpi", True, WORLD2, "mpi", "host-staged"),
+    ],
+)
+def test_the_decision_table(requested: str, gpu: bool, mpi: Any, name: str, reason: str) -> None:
+    got = decide(requested, rank=0, size=2, launcher="slurm", gpu=gpu, mpi=mpi)
+    assert got.name == name
+    assert reason in got.reason and bool(reason) == bool(got.reason)
+
+
+@pytest.mark.parametrize(
+    "requested, gpu, mpi, message",
+    [
+        ("nccl", False, WORLD2, "needs a GPU"),
+        ("mpi", False, MpiWorld(0, 1, "Open MPI v5"), "communication='mpi' cannot work here"),
+        ("mpi", True, None, "use communication='ring'"),  # MPI on a GPU worker still needs a world
+        ("mpi", False, NO_MPI4PY, "mpi4py is not installed"),
+        ("gloo", False, None, "is not one of auto, mpi, ring, nccl"),
+    ],
+)
+def test_impossible_requests_are_one_config_error(requested: str, gpu: bool, mpi: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        decide(requested, rank=0, size=2, launcher="slurm", gpu=gpu, mpi=mpi)
+
+
+def test_one_process_needs_no_engine_and_no_mpi() -> None:
+    assert decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None) == Decision("none", ANY_REASON)
+    assert not engines.needs_mpi_probe("mpi", 1, gpu=False)
+    assert engines.needs_mpi_probe("auto", 2, gpu=False) and not engines.needs_mpi_probe("auto", 2, gpu=True)
+
+
+class _AnyReason(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str)
+
+    __hash__ = str.__hash__
+
+
+ANY_REASON = _AnyReason()
+
+
+def test_a_worker_names_a_disagreement_with_the_launcher_in_one_line() -> None:
+    assert disagreement(None, Decision("ring")) == ""
+    assert disagreement("mpi", Decision("mpi")) == ""
+    line = disagreement("mpi", Decision("ring", "mpi4py is not installed"))
+    assert "\n" not in line and "launcher chose the mpi engine" in line and "using ring" in line
+
+
+def test_requested_engine_reads_the_argument_then_the_variable() -> None:
+    assert engines.requested_engine("RING", {"MLDIST_COMMUNICATION": "mpi"}) == "ring"
+    assert engines.requested_engine(None, {"MLDIST_COMMUNICATION": " Mpi "}) == "mpi"
+    assert engines.requested_engine(None, {}) == "auto"
+    with pytest.raises(ConfigError, match="'tcp' is not one of"):
+        engines.requested_engine(None, {"MLDIST_COMMUNICATION": "tcp"})
+
+
+class Spy:
+    """Stands in for ``engines.decide``: records the call and returns a decision nobody else would make."""
+
+    def __init__(self, name: str) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.name = name
+
+    def __call__(self, requested: str, **facts: Any) -> Decision:
+        self.calls.append({"requested": requested, **facts})
+        return Decision(self.name, "spy")
+
+
+def test_the_launcher_decides_through_decide(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mldist.launch import local
+    from mldist.launch.config import RunConfig
+    from mldist.launch.groups import DirectGroup
+    from mldist.launch.mpiexec import MpiexecGroup
+
+    for name, kind in (("ring", DirectGroup), ("mpi", MpiexecGroup)):
+        spy = Spy(name)
+        monkeypatch.setattr(engines, "decide", spy)
+        decision, group = local.launch_plan(RunConfig(nprocs=2, command=("python", "t.py")), os.environ)
+        assert (decision.name, group) == (name, kind)
+        assert spy.calls and spy.calls[0]["size"] == 2
+
+
+def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mldist.runtime.worker import decide_here
+    from mldist.tools.report import _engine
+
+    spy = Spy("nccl")
+    monkeypatch.setattr(engines, "decide", spy)
+    placement = Placement(rank=1, size=2, local_rank=1, local_size=2, launcher="tf_config")
+    decision, _ = decide_here(placement, "ring", has_gpu=False, env={})
+    assert decision == Decision("nccl", "spy") and spy.calls[-1]["rank"] == 1
+    assert _engine({}, placement, has_gpu=False)["choice"] == "nccl"
+    assert len(spy.calls) == 2
