@@ -1,6 +1,8 @@
-"""Inside a worker: ``init`` and the process context (worker), collectives and
-gradient averaging, failure explanations (failures), private TensorFlow/Keras
-accesses (compat), and one module per collective engine (tf_engine).
+"""Inside a worker, bottom to top: the process context (context), the one exit path
+(leave), failure explanations (failures), the stalled-collective watch (stall),
+the engines behind one interface (engine; mpi_engine with mpi_exit, tf_engine),
+``init`` (worker), collectives and gradient averaging; private TensorFlow/Keras
+accesses live in compat.
 
 Example::
 

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ConfigError
 from . import compat
 from . import worker as runtime
-from .engine import module as engine_module
+from .engine import Engine, get
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
@@ -93,9 +93,9 @@ def _check(op: str, compression: str | None) -> None:
     check_compression(compression)
 
 
-def engine() -> Any:
-    """The module that moves bytes for this run: one per ``ctx.communication``."""
-    return engine_module(runtime.context().communication)
+def engine() -> Engine:
+    """The engine that moves bytes for this run: the one ``init`` decided (``ctx.communication``)."""
+    return get(runtime.context().communication)
 
 
 def _fuse(flat: list[Any], bucket_bytes: int) -> tuple[list[Bucket], list[Any]]:

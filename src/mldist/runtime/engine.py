@@ -1,104 +1,91 @@
-"""Which collective engine a run uses, and the module that implements it.
+"""The collective engines behind one small interface, and joining the MPI world.
 
-``auto`` picks NCCL when the worker has a GPU, MPI on CPU-only workers when
-mpi4py is importable and its world agrees with the launcher (same size and
-rank), and TensorFlow's RING otherwise, with a one-line reason.
+Which engine a run uses is decided once, in :func:`mldist.placement.engines.decide`;
+here are the engines themselves (:class:`Engine`: ``start``, ``allreduce``,
+``broadcast``, ``allgather``, ``abort``), looked up by name, and
+:func:`probe_mpi`, which gives ``decide`` the MPI world this worker joined.
 
-Example:
-    >>> choose("auto", rank=0, size=2, launcher="openmpi", has_gpu=False, mpi=MpiWorld(0, 2, "Open MPI v5"))
-    Choice(name='mpi', reason='')
-    >>> choose("auto", rank=0, size=2, launcher="tf_config", has_gpu=False, mpi=None).name
-    'ring'
+Example::
+
+    eng = get("mpi")                      # mldist.runtime.mpi_engine.ENGINE
+    strategy, workers = eng.start(tf, placement)
+    total, = eng.allreduce([tf.constant([1.0, 2.0])], "sum")
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import ModuleType
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from ..errors import ConfigError
+from ..errors import DetectionError
+from ..placement import Placement, detect, no_discovery
+from ..placement.engines import COMMUNICATIONS, MpiWorld, mpi_problem
 
-COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
+__all__ = [
+    "COMMUNICATIONS",
+    "MPI_MARKERS",
+    "Engine",
+    "MpiWorld",
+    "get",
+    "mpi_allgather_hosts",
+    "mpi_problem",
+    "probe_mpi",
+]
+
 #: Variables that MPI-capable launchers set in every rank (srun forms a world only with a PMI
 #: plugin the MPI speaks; ``mldist run`` goes through mpiexec for the MPI engine).
 MPI_MARKERS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "PALS_RANKID", "ALPS_APP_PE", "SLURM_STEP_ID")
 
-
-#: How to make mpi4py's world match the launcher's, per launcher (else :data:`DEFAULT_MPI_FIX`).
-MPI_FIXES = {
-    "slurm": "build mpi4py against the site's MPI, or use srun --mpi=pmix",
-    "aprun": "build mpi4py against Cray MPICH (module load cray-mpich; "
-    "MPICC='cc -shared' pip install --no-binary=mpi4py --no-cache-dir mpi4py)",
-}
-DEFAULT_MPI_FIX = "build mpi4py against the launcher's MPI"
+#: Reads the stalled-collective watch's graph counters (see :mod:`mldist.runtime.stall`).
+Probe = Callable[[], tuple[int, int, int]]
 
 
-@dataclass(frozen=True)
-class MpiWorld:
-    """What mpi4py reports about the MPI world this process joined.
-
-    Args:
-        rank, size: ``COMM_WORLD``'s.
-        library: ``MPI.Get_library_version()``'s first line.
-    """
-
-    rank: int
-    size: int
-    library: str
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The engine to use and, when ``auto`` could not use MPI, why (else "")."""
+class Engine(Protocol):
+    """What every collective engine provides; buffers are 1-D tensors fused by :mod:`collectives`."""
 
     name: str
-    reason: str = ""
+
+    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
+        """Join the other workers; the tf.distribute strategy (or None) and the workers' addresses."""
+        ...
+
+    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
+        """Element-wise "sum", "max", "min" or "prod" of each buffer over the ranks."""
+        ...
+
+    def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
+        """``root``'s buffers on every rank."""
+        ...
+
+    def allgather(self, value: Any, size: int) -> Any:
+        """Every rank's ``value`` concatenated on axis 0 (the first dimension may differ)."""
+        ...
+
+    def abort(self, code: int) -> None:
+        """End every rank now, where the engine can (after an error on this rank); else return."""
+        ...
+
+    def watch_probe(self, tf: Any) -> tuple[Probe | None, Sequence[str]]:
+        """Graph counters for the stalled-collective watch, or None when the engine marks in Python."""
+        ...
 
 
-def mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None) -> str:
-    """Why the MPI engine cannot serve this placement ("" when it can), with the fix.
+_MODULES = {"mpi": "mpi_engine", "ring": "tf_engine", "nccl": "tf_engine"}
+_ENGINES: dict[str, Engine] = {}
 
-    Example:
-        >>> mpi_problem(1, 2, "aprun", MpiWorld(0, 1, "Open MPI v5.0.8, package: ..."))[:44]
-        "mpi4py's MPI (Open MPI v5.0.8) sees rank 0 o"
+
+def get(name: str) -> Engine:
+    """The engine called ``name`` ("mpi", "ring" or "nccl").
+
+    Cached: collectives look it up while TensorFlow traces them, where an import would
+    make autograph try (and fail) to convert the import machinery.
     """
-    if isinstance(mpi, str):
-        return mpi
-    if mpi is None:
-        return f"the {launcher!r} launcher started no MPI world (start the workers with mpiexec, srun or mldist run)"
-    if (mpi.size, mpi.rank) != (size, rank):
-        name = mpi.library.split(",")[0]
-        return (
-            f"mpi4py's MPI ({name}) sees rank {mpi.rank} of {mpi.size} but the {launcher!r} launcher says "
-            f"rank {rank} of {size}: {MPI_FIXES.get(launcher, DEFAULT_MPI_FIX)}"
-        )
-    return ""
-
-
-def choose(requested: str, rank: int, size: int, launcher: str, has_gpu: bool, mpi: MpiWorld | str | None) -> Choice:
-    """The engine for ``requested`` ("auto", "mpi", "ring" or "nccl").
-
-    Args:
-        requested: the user's setting.
-        rank, size, launcher: this process's placement.
-        has_gpu: whether the worker sees a GPU.
-        mpi: mpi4py's world, a reason it could not be had, or None when it was not asked
-            (the launcher starts no MPI world).
-    """
-    if requested not in COMMUNICATIONS:
-        raise ConfigError(f"communication={requested!r} is not one of {', '.join(COMMUNICATIONS)}")
-    if requested == "nccl" and not has_gpu:
-        raise ConfigError("communication='nccl' needs a GPU on every worker; use 'mpi' or 'ring' on CPUs")
-    problem = mpi_problem(rank, size, launcher, mpi) if requested in ("auto", "mpi") and not has_gpu else ""
-    if requested == "mpi" and problem:
-        raise ConfigError(f"communication='mpi' cannot work here: {problem}")
-    if requested != "auto":
-        return Choice(requested)
-    if has_gpu:
-        return Choice("nccl")
-    return Choice("ring", problem) if problem else Choice("mpi")
+    if name not in _ENGINES:
+        module = importlib.import_module(f"{__package__}.{_MODULES[name]}")
+        _ENGINES[name] = module.engine(name)
+    return _ENGINES[name]
 
 
 def probe_mpi(env: Mapping[str, str]) -> MpiWorld | str | None:
@@ -119,15 +106,22 @@ def probe_mpi(env: Mapping[str, str]) -> MpiWorld | str | None:
     return MpiWorld(world.Get_rank(), world.Get_size(), MPI.Get_library_version().splitlines()[0].strip())
 
 
-_MODULES: dict[str, ModuleType] = {}
+def mpi_allgather_hosts(my_host: str) -> Sequence[str]:
+    """Every rank's host name, gathered over MPI: for launchers that give ranks but no host list.
 
-
-def module(name: str) -> ModuleType:
-    """The engine module behind ``ctx.communication``: ``mpi_engine`` or ``tf_engine``.
-
-    Cached: collectives look it up while TensorFlow traces them, where an import
-    would make autograph try (and fail) to convert the import machinery.
+    Raises DetectionError naming both views and the fix when mpi4py's world is not the
+    launcher's (a PyPI MPI under aprun or srun sees a world of one process per rank).
     """
-    if name not in _MODULES:
-        _MODULES[name] = importlib.import_module(f"{__package__}.{'mpi_engine' if name == 'mpi' else 'tf_engine'}")
-    return _MODULES[name]
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return no_discovery(my_host)  # raises, naming the fix
+    world = MPI.COMM_WORLD
+    placement = detect(os.environ)
+    mpi = MpiWorld(world.Get_rank(), world.Get_size(), MPI.Get_library_version().splitlines()[0].strip())
+    if problem := mpi_problem(placement.rank, placement.size, placement.launcher, mpi):
+        raise DetectionError(
+            f"cannot find the other workers' hosts over MPI: {problem}; "
+            "or set MLDIST_WORKERS=host:port,... (every rank's address) in every rank"
+        )
+    return list(world.allgather(my_host))

@@ -2,7 +2,8 @@
 
 TensorFlow reports a dead peer or mismatched shapes as pages of C++ context.
 ``init`` installs :func:`one_line_errors` as ``sys.excepthook`` so that such
-an error, or any MldistError, ends a worker with one line instead.
+an error, or any MldistError, ends a worker with one line instead, through
+the runtime's one exit path (:func:`mldist.runtime.leave.leave`).
 
 Example:
     >>> explain_failure("... Shape mismatch in the collective instance 100 ...")[:27]
@@ -11,12 +12,13 @@ Example:
 
 from __future__ import annotations
 
-import os
 import sys
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any
 
 from ..errors import MldistError
+from .context import current
+from .leave import error_line, leave, tell
 
 #: Collective failures, recognised by a fragment of their message.
 COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
@@ -49,40 +51,35 @@ def explain_failure(message: str) -> str | None:
     return None
 
 
-def fatal(message: str, code: int = 1) -> NoReturn:
-    """Print ``mldist: error (rank R): message`` and end the process at once with ``code``.
+def describe(kind: type[BaseException], exc: BaseException) -> tuple[str, bool]:
+    """How an uncaught exception is said in one line, and whether its traceback is worth showing.
 
-    For errors found inside a graph callback on every rank at once: raising there
-    would make TensorFlow log the Python traceback twice before any hook could run.
+    Example:
+        >>> describe(ValueError, ValueError("bad value\\nmore"))
+        ('raised ValueError: bad value', True)
     """
-    from .worker import current
-
-    ctx = current()
-    where = f" (rank {ctx.rank})" if ctx is not None else ""
-    print(f"mldist: error{where}: {message}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(code)
+    if isinstance(exc, MldistError):
+        return str(exc), False
+    if explained := explain_failure(str(exc)):
+        return f"{explained} ({kind.__name__})", False
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"raised {kind.__name__}" + (f": {first}" if first else ""), True
 
 
 def one_line_errors(
     kind: type[BaseException], exc: BaseException, tb: TracebackType | None, previous: Any = sys.excepthook
 ) -> None:
-    """``sys.excepthook``: mldist errors and known collective failures print as one line naming the rank.
+    """``sys.excepthook``: one line naming the rank and the exception; with 2+ workers the rank then leaves.
 
-    On the MPI engine the process then aborts the MPI job: exiting normally would run
-    MPI_Finalize, which waits for ranks that may be blocked in a collective with this one.
+    Unknown exceptions keep their traceback (printed first). With 2+ workers the process ends
+    through :func:`leave`: on the MPI engine a normal exit would wait in MPI_Finalize for ranks
+    that may be blocked in a collective with this one.
     """
-    from .worker import current
-
-    ctx = current()
-    where = f" (rank {ctx.rank})" if ctx is not None else ""
-    if isinstance(exc, MldistError):
-        print(f"mldist: error{where}: {exc}", file=sys.stderr, flush=True)
-    elif explained := explain_failure(str(exc)):
-        print(f"mldist: error{where}: {explained} ({kind.__name__})", file=sys.stderr, flush=True)
-    else:
+    message, traceback_too = describe(kind, exc)
+    if traceback_too:
         previous(kind, exc, tb)
-    if ctx is not None and ctx.communication == "mpi":
-        from .mpi_engine import abort
-
-        abort(130 if issubclass(kind, KeyboardInterrupt) else 1)
+    ctx = current()
+    if ctx is None or ctx.size == 1:
+        tell(error_line(message))
+        return
+    leave(message, 130 if issubclass(kind, KeyboardInterrupt) else 1)

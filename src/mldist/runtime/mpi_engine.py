@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import sys
 import zlib
 from collections.abc import Callable, Sequence
@@ -27,30 +28,45 @@ from typing import Any
 
 import numpy as np
 
+from ..placement import Placement
 from . import stall
-from .failures import fatal
+from .leave import TOGETHER, ending_code, leave
+from .mpi_exit import Departures
 
 _KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6}
 _ALIGN = 64  # TensorFlow adopts a returned array without a copy when its data is aligned so
-_comm: Any = None
+
+
+class _World:
+    """The engine's communicators (private duplicates of ``COMM_WORLD``) and departures."""
+
+    comm: Any = None
+    departures: Departures | None = None
 
 
 def start(comm: Any = None) -> Any:
     """Take a private duplicate of ``comm`` (default ``COMM_WORLD``); collective: every rank calls it.
 
-    A duplicate keeps mldist's traffic apart from the user's own mpi4py calls.
+    A duplicate keeps mldist's traffic apart from the user's own mpi4py calls; a second one
+    carries the departure messages (:mod:`mldist.runtime.mpi_exit`), whose exit handler then
+    makes this rank wait for the others at the end instead of hanging in MPI_Finalize.
     """
-    global _comm
-    if _comm is None:
+    if _World.comm is None:
         from mpi4py import MPI
 
-        _comm = (comm or MPI.COMM_WORLD).Dup()
-    return _comm
+        world = comm or MPI.COMM_WORLD
+        _World.comm = world.Dup()
+        _World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
+        _World.departures.watch()
+        atexit.register(_at_exit)
+    return _World.comm
 
 
-def watch_probe(tf: Any) -> tuple[None, tuple[str, ...]]:
-    """No graph counters: this engine marks its collectives in its callbacks (:mod:`stall`)."""
-    return None, ()
+def _at_exit() -> None:
+    """At interpreter exit: codes every rank takes together (0, 75) wait for the others (see mpi_exit)."""
+    code = ending_code()
+    if _World.departures is not None and (code is None or code in TOGETHER):
+        _World.departures.depart(0 if code is None else code)
 
 
 def abort(code: int) -> None:
@@ -59,10 +75,44 @@ def abort(code: int) -> None:
     A plain exit would run MPI_Finalize, which waits for every rank: a peer blocked in a
     collective with this rank would then wait forever, and so would this rank.
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if _comm is not None:
-        _comm.Abort(code)
+    if _World.comm is not None:
+        _World.comm.Abort(code)
+
+
+class MpiEngine:
+    """The MPI engine behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
+
+    name = "mpi"
+
+    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
+        """Duplicate ``COMM_WORLD``; no strategy, no addresses (no TensorFlow server)."""
+        start()
+        return None, ()
+
+    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
+        """See :func:`allreduce`."""
+        return allreduce(buffers, op)
+
+    def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
+        """See :func:`broadcast`."""
+        return broadcast(buffers, root, rank)
+
+    def allgather(self, value: Any, size: int) -> Any:
+        """See :func:`allgather`."""
+        return allgather(value, size)
+
+    def abort(self, code: int) -> None:
+        """See :func:`abort`."""
+        abort(code)
+
+    def watch_probe(self, tf: Any) -> tuple[None, tuple[str, ...]]:
+        """No graph counters: this engine marks its collectives in its callbacks (:mod:`stall`)."""
+        return None, ()
+
+
+def engine(name: str) -> MpiEngine:
+    """The engine object for :func:`mldist.runtime.engine.get`."""
+    return MpiEngine()
 
 
 def _aligned(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
@@ -102,12 +152,12 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     layout = np.array([(a.dtype.num, a.size) for a in arrays], np.int64).tobytes()
     sig = np.array([_KINDS[kind], arg, len(arrays), zlib.crc32(layout)], np.int64)
     both = np.concatenate([sig, -sig])
-    _comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+    _World.comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
     if np.array_equal(both[:4], -both[4:]):
         return
-    everyone = _comm.allgather(what())  # all ranks take this path together
+    everyone = _World.comm.allgather(what())  # all ranks take this path together
     listed = "; ".join(f"rank {r}: {w}" for r, w in enumerate(everyone))
-    fatal(
+    leave(
         f"workers passed tensors of different shapes or dtypes to one collective ({listed}); "
         "every rank must run the same steps on same-shaped batches"
     )
@@ -121,11 +171,16 @@ def _watched(body: Callable[..., list[np.ndarray[Any, Any]]], what: str) -> Call
     """``body`` marked as a collective in flight while it runs (the stalled-collective watch)."""
 
     def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+        departures = _World.departures
+        if departures is not None:
+            departures.begin(what)
         token = stall.begin(what)
         try:
             return body(*arrays)
         finally:
             stall.end(token)
+            if departures is not None:
+                departures.end()
 
     return run
 
@@ -176,7 +231,7 @@ def allreduce(buffers: list[Any], op: str) -> list[Any]:
         _agree(op, 0, arrays, _describe(f"allreduce({op})", arrays))
         out = [_output(a.size, a.dtype) for a in arrays]
         for a, o in zip(arrays, out, strict=True):
-            _comm.Allreduce(a, o, mpi_op)  # out of place: TensorFlow may still read the input
+            _World.comm.Allreduce(a, o, mpi_op)  # out of place: TensorFlow may still read the input
         return out
 
     reduced = _call(run, [_wire(b) for b in buffers], f"mpi_allreduce_{op}", f"allreduce({op})")
@@ -196,7 +251,7 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
         for a, o in zip(arrays, out, strict=True):
             if rank == root:
                 np.copyto(o, a)  # never hand TensorFlow back an alias of its own tensor
-            _comm.Bcast(o.view(np.uint8), root)
+            _World.comm.Bcast(o.view(np.uint8), root)
         return out
 
     received = _call(run, [_bits(b) for b in buffers], "mpi_broadcast", "broadcast")
@@ -217,12 +272,12 @@ def allgather(value: Any, size: int) -> Any:
         shape = zlib.crc32(np.array(inner, np.int64).tobytes())
         _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}")
         rows = np.empty(size, np.int64)
-        _comm.Allgather(np.array([a.shape[0]], np.int64), rows)
+        _World.comm.Allgather(np.array([a.shape[0]], np.int64), rows)
         row_bytes = int(np.prod(inner)) * a.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        _comm.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
+        _World.comm.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
         return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
 
     (gathered,) = _call(run, [_bits(value)], "mpi_allgather", "allgather")

@@ -20,14 +20,13 @@ Example:
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from .leave import leave
 
 #: Seconds a collective may take before the watch ends the job: far above any sane step,
 #: short enough that a stalled job gives its allocation back.
@@ -167,21 +166,12 @@ class Watch:
         while True:
             time.sleep(min(_CHECK_SECONDS, self.timeout / 4))
             if message := self.overdue():
-                end_process(message, self.engine)
+                end_process(message)
 
 
-def end_process(message: str, engine: str) -> None:
-    """Print ``mldist: error: message``, flush, and end the process now (MPI engine: abort the job)."""
-    try:
-        print(f"mldist: error: {message}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-    except (OSError, ValueError):  # a closed pipe must not keep a stalled job alive
-        pass
-    if engine == "mpi":
-        from .mpi_engine import abort
-
-        abort(STALL_EXIT_CODE)  # MPI_Abort: the peers blocked in the collective end too
-    os._exit(STALL_EXIT_CODE)
+def end_process(message: str) -> None:
+    """End this rank with ``message`` through the runtime's one exit path (MPI engine: abort the job)."""
+    leave(message, STALL_EXIT_CODE)
 
 
 _watch: Watch | None = None

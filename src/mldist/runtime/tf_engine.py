@@ -7,7 +7,8 @@ and :func:`allgather`, the interface every engine module has.
 
 Example::
 
-    strategy, used = start(tf, spec, "auto", has_gpu=False)   # used == "ring"
+    strategy, used = start(tf, spec, "ring", has_gpu=False)
+    eng = engine("ring"); eng.allreduce([buffer], "sum")
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import ConfigError, LaunchError
-from ..placement import ClusterSpec
+from ..errors import ConfigError, LaunchError, RuntimeStateError
+from ..placement import ClusterSpec, Placement, build_cluster_spec
+from ..placement.resources import proxy_settings
 from . import compat
+from .context import STATE
+from .engine import mpi_allgather_hosts
 
 T = TypeVar("T")
 
@@ -52,12 +56,10 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
     Args:
         tf: the tensorflow module.
         spec: every rank's address.
-        communication: "auto", "ring" or "nccl".
+        communication: "ring" or "nccl" (decided by :func:`mldist.placement.engines.decide`).
         has_gpu: whether this worker sees a GPU.
     """
     impl = tf.distribute.experimental.CommunicationImplementation
-    if communication == "auto":
-        communication = "nccl" if has_gpu else "ring"
     if communication == "nccl" and not has_gpu:
         raise ConfigError("communication='nccl' needs a GPU on every worker; use 'ring' on CPUs")
     check_port_free(spec.address)
@@ -76,10 +78,55 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
     return strategy, communication
 
 
-def _strategy() -> Any:
-    from .worker import strategy
+def start_for(tf: Any, placement: Placement, communication: str) -> tuple[Any, tuple[str, ...]]:
+    """Find every rank's address (over MPI where the launcher gives none), keep proxies off them, start."""
+    spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
+    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    strategy, _ = start(tf, spec, communication, has_gpu)
+    return strategy, spec.workers
 
-    return strategy()
+
+class TfEngine:
+    """TensorFlow's engines behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
+        """See :func:`start_for`."""
+        return start_for(tf, placement, self.name)
+
+    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
+        """See :func:`allreduce`."""
+        return allreduce(buffers, op)
+
+    def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
+        """See :func:`broadcast`."""
+        return broadcast(buffers, root, rank)
+
+    def allgather(self, value: Any, size: int) -> Any:
+        """See :func:`allgather`."""
+        return allgather(value, size)
+
+    def abort(self, code: int) -> None:
+        """Nothing to abort: TensorFlow's peers notice a dead worker (about 10 s) or the launcher stops them."""
+
+    def watch_probe(self, tf: Any) -> tuple[Callable[[], tuple[int, int, int]], list[str]]:
+        """See :func:`watch_probe`."""
+        return watch_probe(tf)
+
+
+def engine(name: str) -> TfEngine:
+    """The engine object for :func:`mldist.runtime.engine.get`."""
+    return TfEngine(name)
+
+
+def _strategy() -> Any:
+    strategy = STATE.strategy
+    if strategy is None:
+        raise RuntimeStateError("TensorFlow's collectives were not started: call mldist.init() first")
+    return strategy
 
 
 def _widen(t: Any) -> tuple[Any, Any]:

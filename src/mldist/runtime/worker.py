@@ -14,15 +14,15 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError, DetectionError, RuntimeStateError
-from ..placement import ClusterSpec, Placement, build_cluster_spec, detect, no_discovery
+from ..errors import ConfigError
+from ..placement import Placement, build_cluster_spec, detect, engines
 from ..placement.resources import (
     ThreadPlan,
     choose_gpu,
@@ -32,64 +32,22 @@ from ..placement.resources import (
     proxy_settings,
     thread_plan,
 )
-from . import compat, engine, failures, stall, watchdog
+from . import compat, engine, failures, leave, stall, watchdog
+from .context import STATE, Context, context, current, is_chief, local_rank, local_size, rank, size
 
-
-@dataclass(frozen=True)
-class Context:
-    """What ``init`` found and set for this process.
-
-    Args:
-        rank, size, local_rank, local_size: place in the job.
-        launcher: detected launcher name.
-        workers: ``host:port`` of every rank (empty with one worker).
-        threads: the thread plan applied.
-        gpu: index of the pinned GPU among those visible, or None.
-        communication: the engine of 2+ workers ("mpi", "ring" or "nccl"), else "none".
-        mpi_library: the MPI library's version line when the engine is "mpi", else "".
-    """
-
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    launcher: str
-    workers: tuple[str, ...]
-    threads: ThreadPlan
-    gpu: int | None
-    communication: str
-    mpi_library: str = ""
-
-    @property
-    def is_chief(self) -> bool:
-        """True on rank 0, the rank that writes checkpoints and logs."""
-        return self.rank == 0
-
-
-_ctx: Context | None = None
-_strategy: Any = None
-_spec: ClusterSpec | None = None  # kept for a strategy started later (MPI engine + mldist.strategy())
-
-
-def mpi_allgather_hosts(my_host: str) -> Sequence[str]:
-    """Every rank's host name, gathered over MPI: for launchers that give ranks but no host list.
-
-    Raises DetectionError naming both views and the fix when mpi4py's world is not the
-    launcher's (a PyPI MPI under aprun or srun sees a world of one process per rank).
-    """
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return no_discovery(my_host)  # raises, naming the fix
-    world = MPI.COMM_WORLD
-    placement = detect(os.environ)
-    mpi = engine.MpiWorld(world.Get_rank(), world.Get_size(), MPI.Get_library_version().splitlines()[0].strip())
-    if problem := engine.mpi_problem(placement.rank, placement.size, placement.launcher, mpi):
-        raise DetectionError(
-            f"cannot find the other workers' hosts over MPI: {problem}; "
-            "or set MLDIST_WORKERS=host:port,... (every rank's address) in every rank"
-        )
-    return list(world.allgather(my_host))
+__all__ = [
+    "Context",
+    "context",
+    "current",
+    "init",
+    "is_chief",
+    "local_rank",
+    "local_size",
+    "rank",
+    "size",
+    "strategy",
+    "warn_idle_gpus",
+]
 
 
 def _apply_threads(tf: Any, plan: ThreadPlan, soft_placement: bool | None) -> None:
@@ -130,42 +88,48 @@ def _say(message: str, rank: int) -> None:
         print(f"mldist: {message}", file=sys.stderr, flush=True)
 
 
-#: What starting an engine gives: the strategy (or None), the engine's name, worker addresses, MPI library.
-Started = tuple[Any, str, tuple[str, ...], str]
+def decide_here(
+    placement: Placement, requested: str, has_gpu: bool, env: Mapping[str, str] = os.environ
+) -> tuple[engines.Decision, str]:
+    """This worker's engine, from :func:`mldist.placement.engines.decide`, and its MPI library line.
+
+    Joins the MPI world first when the decision needs it (see ``needs_mpi_probe``). ``init``,
+    ``mldist env`` and ``mldist doctor`` all decide through here.
+    """
+    needed = engines.needs_mpi_probe(requested, placement.size, has_gpu)
+    mpi = engine.probe_mpi(env) if needed else None
+    decision = engines.decide(
+        requested, rank=placement.rank, size=placement.size, launcher=placement.launcher, gpu=has_gpu, mpi=mpi
+    )
+    library = mpi.library if isinstance(mpi, engines.MpiWorld) and decision.name == "mpi" else ""
+    return decision, library
 
 
-def _start_engine(tf: Any, placement: Placement, requested: str, has_gpu: bool) -> Started:
-    """Choose and start the collective engine for 2+ workers."""
-    mpi = engine.probe_mpi(os.environ) if requested in ("auto", "mpi") and not has_gpu else None
-    choice = engine.choose(requested, placement.rank, placement.size, placement.launcher, has_gpu, mpi)
-    if choice.reason:
-        _say(f"using TensorFlow's RING collectives, not MPI: {choice.reason}", placement.rank)
-    if choice.name == "mpi":
-        assert isinstance(mpi, engine.MpiWorld)
-        engine.module("mpi").start()
-        return None, "mpi", (), mpi.library
-    global _spec
-    _spec = spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
-    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
-    strategy, used = engine.module(choice.name).start(tf, spec, choice.name, has_gpu)
-    return strategy, used, spec.workers, ""
+def _announce(decision: engines.Decision, rank: int) -> None:
+    """Rank 0 says in one line why the engine is not the obvious one, or differs from the launcher's."""
+    if differs := engines.disagreement(os.environ.get(engines.DECIDED), decision):
+        _say(differs, rank)
+    elif decision.name == "ring" and decision.reason:
+        _say(f"using TensorFlow's RING collectives, not MPI: {decision.reason}", rank)
+    elif decision.name == "mpi" and decision.reason:
+        _say(f"MPI engine, {decision.reason}", rank)
 
 
-def _collectives(tf: Any, placement: Placement, comm: str, has_gpu: bool) -> Started:
-    """The engine of 2+ workers, its collectives watched for stalls (:mod:`stall`); none for one."""
+def _collectives(tf: Any, placement: Placement, requested: str, has_gpu: bool) -> tuple[Any, str, tuple[str, ...], str]:
+    """Decide, start and watch the engine of 2+ workers; (strategy, engine name, workers, MPI library)."""
     if placement.size == 1:
         return None, "none", (), ""
-    started = _start_engine(tf, placement, comm, has_gpu)
+    decision, library = decide_here(placement, requested, has_gpu)
+    _announce(decision, placement.rank)
+    eng = engine.get(decision.name)
+    strategy, workers = eng.start(tf, placement)
+    STATE.engine = eng
     if stall.collective_timeout(os.environ) > 0:
-        stall.start(placement.rank, started[1], os.environ, *engine.module(started[1]).watch_probe(tf))
-    return started
-
-
-def _communication(requested: str | None) -> str:
-    comm = (requested or os.environ.get("MLDIST_COMMUNICATION") or "auto").lower()
-    if comm not in engine.COMMUNICATIONS:
-        raise ConfigError(f"communication={comm!r} is not one of {', '.join(engine.COMMUNICATIONS)}")
-    return comm
+        stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf))
+    # After the engine's own exit handler: atexit runs the last registered first.
+    leave.install_exit_hook()
+    atexit.register(leave.at_exit)
+    return strategy, eng.name, workers, library
 
 
 def _check_soft_placement(value: object) -> bool | None:
@@ -199,13 +163,13 @@ def init(
         if ctx.is_chief:
             print(f"training on {ctx.size} workers")
     """
-    global _ctx, _strategy
-    if _ctx is not None:
-        return _ctx
-    comm = _communication(communication)
+    if STATE.ctx is not None:
+        return STATE.ctx
+    comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
     stall.collective_timeout(os.environ)  # a bad MLDIST_COLLECTIVE_TIMEOUT stops here, before any side effect
     sys.excepthook = failures.one_line_errors
+    leave.remember_stderr()
     watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
     probe = cpu_probe()
@@ -220,8 +184,8 @@ def init(
     _apply_threads(tf, plan, soft)
     gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    _strategy, used, workers, library = _collectives(tf, placement, comm, has_gpu)
-    _ctx = Context(
+    STATE.strategy, used, workers, library = _collectives(tf, placement, comm, has_gpu)
+    STATE.ctx = Context(
         rank=placement.rank,
         size=placement.size,
         local_rank=placement.local_rank,
@@ -233,7 +197,7 @@ def init(
         communication=used,
         mpi_library=library,
     )
-    return _ctx
+    return STATE.ctx
 
 
 _warned_idle_gpus = False
@@ -257,18 +221,6 @@ def warn_idle_gpus() -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def current() -> Context | None:
-    """The context of ``init``, or None before it ran (for messages that name the rank)."""
-    return _ctx
-
-
-def context() -> Context:
-    """The context of ``init``; raises if ``init`` has not run."""
-    if _ctx is None:
-        raise RuntimeStateError("mldist is not initialised: call mldist.init() first")
-    return _ctx
-
-
 def strategy() -> Any:
     """The tf.distribute strategy that matches this process (calls ``init``).
 
@@ -281,21 +233,20 @@ def strategy() -> Any:
         with mldist.strategy().scope():   # custom loops, legacy tf_keras
             model = build_model()
     """
-    global _strategy
     ctx = init()
-    if _strategy is None and ctx.communication == "mpi":
-        _strategy = _late_strategy()
-    if _strategy is None:
+    if STATE.strategy is None and ctx.communication == "mpi":
+        STATE.strategy = _late_strategy()
+    if STATE.strategy is None:
         import tensorflow as tf
 
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) > 1:
-            _strategy = tf.distribute.MirroredStrategy()
+            STATE.strategy = tf.distribute.MirroredStrategy()
         elif len(gpus) == 1:
-            _strategy = tf.distribute.OneDeviceStrategy(gpus[0].name)
+            STATE.strategy = tf.distribute.OneDeviceStrategy(gpus[0].name)
         else:
-            _strategy = tf.distribute.get_strategy()
-    return _strategy
+            STATE.strategy = tf.distribute.get_strategy()
+    return STATE.strategy
 
 
 def _late_strategy() -> Any:
@@ -306,41 +257,14 @@ def _late_strategy() -> Any:
     """
     import tensorflow as tf
 
-    global _spec
-    ctx = context()
-    _spec = _spec or build_cluster_spec(detect(os.environ), os.environ, mpi_allgather_hosts)
-    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in _spec.workers})))
     from . import tf_engine
 
+    spec = build_cluster_spec(detect(os.environ), os.environ, engine.mpi_allgather_hosts)
+    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
     try:
-        return tf_engine.start(tf, _spec, "ring", has_gpu=ctx.gpu is not None)[0]
+        return tf_engine.start(tf, spec, "ring", has_gpu=context().gpu is not None)[0]
     except RuntimeError as exc:
         raise ConfigError(
             f"mldist.strategy() came after TensorFlow started running ops ({str(exc).splitlines()[0]}); "
             "call it right after mldist.init(), or use mldist.keras.DistributedOptimizer instead"
         ) from None
-
-
-def rank() -> int:
-    """Global rank of this process (after ``init``)."""
-    return context().rank
-
-
-def size() -> int:
-    """Number of worker processes (after ``init``)."""
-    return context().size
-
-
-def local_rank() -> int:
-    """Rank of this process on its node (after ``init``)."""
-    return context().local_rank
-
-
-def local_size() -> int:
-    """Number of worker processes on this node (after ``init``)."""
-    return context().local_size
-
-
-def is_chief() -> bool:
-    """True on rank 0 (after ``init``)."""
-    return context().is_chief

@@ -1,0 +1,100 @@
+"""The process-wide context of a worker: what ``init`` found, and what it started.
+
+Everything else in the runtime reads from here (the rank for messages, the
+engine to call, the strategy the TensorFlow engine runs on), so nothing needs
+to import ``init``'s module to learn it.
+
+Example::
+
+    ctx = current()          # None before mldist.init()
+    ctx = context()          # raises RuntimeStateError before mldist.init()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RuntimeStateError
+from ..placement.resources import ThreadPlan
+
+
+@dataclass(frozen=True)
+class Context:
+    """What ``init`` found and set for this process.
+
+    Args:
+        rank, size, local_rank, local_size: place in the job.
+        launcher: detected launcher name.
+        workers: ``host:port`` of every rank (empty with one worker).
+        threads: the thread plan applied.
+        gpu: index of the pinned GPU among those visible, or None.
+        communication: the engine of 2+ workers ("mpi", "ring" or "nccl"), else "none".
+        mpi_library: the MPI library's version line when the engine is "mpi", else "".
+    """
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    launcher: str
+    workers: tuple[str, ...]
+    threads: ThreadPlan
+    gpu: int | None
+    communication: str
+    mpi_library: str = ""
+
+    @property
+    def is_chief(self) -> bool:
+        """True on rank 0, the rank that writes checkpoints and logs."""
+        return self.rank == 0
+
+
+class _State:
+    """The one instance of what ``init`` set; module attributes would need ``global`` everywhere."""
+
+    ctx: Context | None = None
+    #: The tf.distribute strategy (TensorFlow's engines, or one made later by ``mldist.strategy()``).
+    strategy: Any = None
+    #: The started engine (see ``engine.Engine``), or None with one worker.
+    engine: Any = None
+
+
+STATE = _State()
+
+
+def current() -> Context | None:
+    """The context of ``init``, or None before it ran (for messages that name the rank)."""
+    return STATE.ctx
+
+
+def context() -> Context:
+    """The context of ``init``; raises if ``init`` has not run."""
+    if STATE.ctx is None:
+        raise RuntimeStateError("mldist is not initialised: call mldist.init() first")
+    return STATE.ctx
+
+
+def rank() -> int:
+    """Global rank of this process (after ``init``)."""
+    return context().rank
+
+
+def size() -> int:
+    """Number of worker processes (after ``init``)."""
+    return context().size
+
+
+def local_rank() -> int:
+    """Rank of this process on its node (after ``init``)."""
+    return context().local_rank
+
+
+def local_size() -> int:
+    """Number of worker processes on this node (after ``init``)."""
+    return context().local_size
+
+
+def is_chief() -> bool:
+    """True on rank 0 (after ``init``)."""
+    return context().is_chief
