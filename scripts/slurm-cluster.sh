@@ -5,6 +5,10 @@
 #   start   idempotent; installs the Debian packages if missing, starts a private munged,
 #           slurmctld and N emulated nodes (slurmd -N node1..nodeN on 127.0.0.1), waits until
 #           every node is idle. The last stdout line is exactly: export SLURM_CONF=<path>
+#           MPI: srun speaks PMIx by default (MpiDefault=pmix, Debian's libpmix2 and libpmix-dev,
+#           installed before slurmd starts), so a PyPI Open MPI + mpi4py forms one world across
+#           the nodes; each node gets its own TmpFS ($MLDIST_SLURM_DIR/tmp/nodeI), where Slurm's
+#           PMIx plugin puts the job's client directory (two nodes on one host would share it).
 #   stop    stops only the daemons this script started (its pid files) and removes the
 #           /etc/hosts lines and /etc/slurm/slurm.conf symlink it created
 #   status  exit 0 and print sinfo if the cluster is up, exit 1 if not
@@ -70,7 +74,8 @@ count_nodes() {
 }
 all_idle() { [ "$(count_nodes 'idle')" -eq "$NODES" ]; }
 all_up() { [ "$(count_nodes 'idle|mix|alloc|comp')" -eq "$NODES" ]; }
-is_up() { [ -f "$CONF" ] && alive "$D/run/slurmctld.pid" slurmctld && all_up; }
+# A cluster of an older version of this script (no PMIx) counts as down: start replaces it.
+is_up() { [ -f "$CONF" ] && grep -q "^MpiDefault=pmix" "$CONF" && alive "$D/run/slurmctld.pid" slurmctld && all_up; }
 
 # stop_pids COMM PIDFILE...: SIGTERM every pid file's process that is alive and named COMM,
 # wait for all of them together, SIGKILL what is left after 10 s
@@ -162,22 +167,30 @@ install_packages() {
   for c in slurmctld slurmd sinfo srun sbatch scontrol munged munge unmunge; do
     command -v "$c" >/dev/null 2>&1 || missing=1
   done
+  has_pmix || missing=1
   [ "$missing" -eq 0 ] && return 0
-  log "installing slurmctld slurmd slurm-client munge"
+  log "installing slurmctld slurmd slurm-client munge libpmix2 libpmix-dev"
   local t0=$SECONDS apt_log="$D/apt.log"
   export DEBIAN_FRONTEND=noninteractive
   if ! apt-get update -qq > "$apt_log" 2>&1; then
     tail -n 5 "$apt_log" >&2; die "apt-get update failed; cannot install the Slurm packages (log: $apt_log)"
   fi
-  if ! apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >> "$apt_log" 2>&1; then
-    tail -n 5 "$apt_log" >&2; die "apt-get install slurmctld slurmd slurm-client munge failed (log: $apt_log)"
+  # libpmix-dev: Slurm's mpi/pmix plugin opens the unversioned libpmix.so, which only the -dev
+  # package links ("can not load PMIx library" without it).
+  if ! apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge libpmix2 libpmix-dev \
+    >> "$apt_log" 2>&1; then
+    tail -n 5 "$apt_log" >&2; die "apt-get install slurmctld slurmd slurm-client munge libpmix2 libpmix-dev failed (log: $apt_log)"
   fi
   # (on a systemd host the packages also enable their own services; we never use them)
   log "packages installed in $((SECONDS - t0))s"
   for c in slurmctld slurmd sinfo srun sbatch scontrol munged munge unmunge; do
     command -v "$c" >/dev/null 2>&1 || die "'$c' still missing after installing packages"
   done
+  has_pmix || die "libpmix.so still missing after installing libpmix-dev"
 }
+
+# has_pmix -> 0 if the unversioned PMIx library that Slurm's mpi/pmix plugin loads is installed
+has_pmix() { ldconfig -p 2>/dev/null | grep -q 'libpmix\.so '; }
 
 write_config() {
   local host mem_mb i
@@ -205,7 +218,10 @@ SlurmdLogFile=$D/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 PlugStackConfig=$D/etc/plugstack.conf
-MpiDefault=none
+# srun starts MPI ranks through PMIx (srun --mpi=pmi2 or none to opt out); TmpFS per node: the
+# PMIx plugin puts each step's client directory there, and the nodes share this host's /tmp.
+MpiDefault=pmix
+TmpFS=$D/tmp/%n
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -262,8 +278,9 @@ cmd_start() {
   local t0
   t0="$(date +%s.%N)"
   stop_all 2>/dev/null   # leftovers of an earlier, broken run of this script
-  rm -rf "${D:?}/state" "${D:?}/spool" "${D:?}/log" "${D:?}/etc"
+  rm -rf "${D:?}/state" "${D:?}/spool" "${D:?}/log" "${D:?}/etc" "${D:?}/tmp"
   mkdir -p "$D/etc" "$D/state" "$D/spool" "$D/log" "$D/run" "$D/munge"
+  for i in $(seq 1 "$NODES"); do mkdir -p "$D/tmp/node$i"; chmod 1777 "$D/tmp/node$i"; done
   chmod 755 "$D" "$D/munge"
   write_config
   start_munge
