@@ -106,6 +106,12 @@ def _add_submit(sub: Any) -> None:
         p.add_argument(flag, help=text)
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
     p.add_argument("--launcher", choices=list(LAUNCHERS), help="how ranks start (default: the site's or scheduler's)")
+    p.add_argument(
+        "--srun-mpi",
+        metavar="PLUGIN",
+        help="srun's --mpi plugin (pmix, pmi2, cray_shasta, none); default auto: pmix where Slurm offers it "
+        "and mpi4py's MPI is Open MPI, else the site's default",
+    )
     p.add_argument("--gpu-request", choices=list(GPU_REQUESTS), help="Slurm GPUs per node, per task or in total")
     p.add_argument("--module", action="append", dest="modules", help="module to load (repeatable)")
     p.add_argument(
@@ -177,7 +183,7 @@ _STR_OPTS: tuple[str, ...] = (
     "requeue",
     "mem",
 )
-_STR_OPTS += ("mem_per_cpu", "launcher", "gpu_request", "module_purge")
+_STR_OPTS += ("mem_per_cpu", "launcher", "srun_mpi", "gpu_request", "module_purge")
 #: The mldist package that submits: bound into a container that has none.
 MLDIST_PACKAGE = Path(__file__).resolve().parents[1]
 

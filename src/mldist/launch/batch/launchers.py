@@ -89,7 +89,7 @@ def plan(s: JobSpec, nodefile: str | None) -> Plan:
 def _srun(p: Plan) -> list[str]:
     argv = ["srun", "--kill-on-bad-exit=1", f"--nodes={p.nodes}", f"--ntasks={p.total}"]
     argv += [f"--ntasks-per-node={p.tasks}", _w(f"--cpus-per-task={p.depth}"), "--cpu-bind=cores"]
-    return argv + (["--gpus-per-task=1"] if p.gpus_per_node and p.gpus_per_node == p.tasks else [])
+    return argv + (["--gpus-per-task=1"] if p.gpus_per_node and p.gpus_per_node == p.tasks else []) + [Raw(SRUN_MPI)]
 
 
 def _aprun(p: Plan) -> list[str]:
@@ -144,6 +144,37 @@ def _forward_lines(s: JobSpec) -> list[str]:
     ]
 
 
+#: srun's MPI plugin option, chosen when the job runs (:func:`_srun_mpi_lines`); no word for the site default.
+SRUN_MPI = '${mldist_srun_mpi[@]+"${mldist_srun_mpi[@]}"}'
+#: Whether mpi4py's MPI is Open MPI (it speaks PMIx), asked without initialising MPI; exit 0 if so.
+OPENMPI_PROBE = (
+    "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+    "raise SystemExit('Open MPI' not in MPI.Get_library_version())"
+)
+
+
+def _srun_mpi_lines(s: JobSpec) -> list[str]:
+    """``mldist_srun_mpi``: ``--srun-mpi`` (or the profile's ``srun_mpi``), else detected when the job runs.
+
+    Detected: ``--mpi=pmix`` where Slurm offers PMIx and mpi4py's MPI is Open MPI (a PyPI Open MPI
+    under Slurm's other plugins sees a world of one per rank); otherwise the site's MpiDefault
+    (Cray MPICH, Intel MPI and MPICH builds speak PMI through it). In a container the probe
+    would ask the host's Python: the site default stays unless ``--srun-mpi`` says otherwise.
+    """
+    if s.srun_mpi and s.srun_mpi != "auto":
+        return [f"mldist_srun_mpi=({shlex.quote('--mpi=' + s.srun_mpi)})  # --srun-mpi"]
+    if s.container:
+        return ["mldist_srun_mpi=()  # srun's MPI plugin: the site default (a container: set --srun-mpi)"]
+    return [
+        "# srun's MPI plugin: PMIx where Slurm offers it and mpi4py's MPI is Open MPI, else the site default",
+        "mldist_srun_mpi=()",
+        f"if srun --mpi=list 2>&1 | grep -qw pmix && python3 -c {shlex.quote(OPENMPI_PROBE)} >/dev/null 2>&1; then",
+        "  mldist_srun_mpi=(--mpi=pmix)",
+        "fi",
+        'echo "mldist: srun MPI plugin: ${mldist_srun_mpi[0]:-the site default}"',
+    ]
+
+
 @dataclass(frozen=True)
 class Launcher:
     """One way to start the ranks.
@@ -167,7 +198,7 @@ class Launcher:
 LAUNCHERS: dict[str, Launcher] = {
     r.name: r
     for r in (
-        Launcher("srun", _srun, sites="Slurm: Alps, Frontier, Perlmutter, Saga"),
+        Launcher("srun", _srun, setup=_srun_mpi_lines, sites="Slurm: Alps, Frontier, Perlmutter, Saga"),
         Launcher("aprun", _aprun, probe=("aprun", "-n", "1", "-N", "1", "-cc", "none"), sites="Cobalt + ALPS: Theta"),
         Launcher("pals", _pals, sites="PBS Pro + Cray PALS: Polaris, Aurora"),
         Launcher("openmpi", _openmpi, setup=_forward_lines, sites="Open MPI mpirun: ThetaGPU, clusters"),

@@ -30,6 +30,8 @@ _MEM = re.compile(r"\d+[KMGT]?B?", re.IGNORECASE)
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Images apptainer pulls; anything else in --container is a local SIF path.
 URI = re.compile(r"(docker|library|oras|shub)://[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+#: srun --mpi plugin names (pmix, pmix_v4, pmi2, cray_shasta, none) or auto.
+SRUN_MPI_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 #: The placeholders --wrap fills in per rank.
 WRAP_FIELDS = ("rank", "local_rank", "job_id", "job_dir")
 GPU_REQUESTS = ("node", "task", "total")
@@ -86,6 +88,8 @@ class JobSpec:
         grace: seconds between that signal and the time limit.
         hyperthreads: hardware threads used per core (aprun ``-j``); threads per rank count them.
         launcher: srun, aprun, pals, openmpi or hydra (default: the scheduler's).
+        srun_mpi: srun's ``--mpi`` plugin ("pmix", "pmi2", "cray_shasta", "none", ...), or "auto"/None:
+            PMIx when Slurm offers it and mpi4py's MPI is Open MPI, else the site's default.
         cores_per_node: physical cores of a node; without it (and ``cpus_per_task``) the
             job measures them when it starts. Threads per rank = cores x hyperthreads / tasks.
         module_purge: ``module purge`` before the ``modules`` load.
@@ -127,6 +131,7 @@ class JobSpec:
     grace: int = 90
     hyperthreads: int = 1
     launcher: str | None = None
+    srun_mpi: str | None = None
     cores_per_node: int | None = None
     module_purge: bool = False
     mem_per_cpu: str | None = None
@@ -253,6 +258,8 @@ def _validate_recipe(s: JobSpec) -> None:
     """The launcher, GPU request, --wrap placeholders, container image and job-time --env values."""
     if s.launcher is not None and s.launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if s.srun_mpi is not None and not SRUN_MPI_NAME.fullmatch(s.srun_mpi):
+        raise ConfigError(f"--srun-mpi {s.srun_mpi!r}: give auto or a plugin name from srun --mpi=list (e.g. pmix)")
     if s.gpu_request not in GPU_REQUESTS:
         raise ConfigError(f"--gpu-request {s.gpu_request!r} is not one of {', '.join(GPU_REQUESTS)}")
     if s.gpu_request == "task" and s.gpus_per_node and s.gpus_per_node != s.tasks:
