@@ -168,3 +168,14 @@ def test_aprun_takes_cray_pmi_size_when_exported() -> None:
 def test_missing_size_names_each_variable_once() -> None:
     with pytest.raises(DetectionError, match=r"set PMI_SIZE or MLDIST_SIZE$"):
         detect({"PMI_RANK": "0"})
+
+
+def test_srun_with_its_pmi2_plugin_is_slurm_and_hydra_over_srun_is_not() -> None:
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2"}
+    slurm |= {"SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_NODEID": "1"}
+    # srun --mpi=pmi2: PMI_RANK is srun's own rank; Slurm's rule knows the hosts.
+    direct = detect({**slurm, "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "PMI_RANK": "1", "PMI_SIZE": "2"})
+    assert (direct.launcher, direct.rank, direct.hosts) == ("slurm", 1, ("node1", "node2"))
+    # Hydra's proxy started by srun (one per node) runs 4 ranks: the PMI rank is Hydra's.
+    hydra = detect({**slurm, "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "PMI_RANK": "5", "PMI_SIZE": "8"})
+    assert (hydra.launcher, hydra.rank, hydra.size) == ("mpich", 5, 8)

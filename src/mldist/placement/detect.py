@@ -58,6 +58,7 @@ class LauncherRule:
     ``extra`` derives what plain variables cannot give (host lists,
     per-rank nodes) and returns fields to override. ``size_fix`` says how to give
     the world size when the launcher's own variables do not (default: set them).
+    ``defer`` leaves a process whose marker is set to a later rule (one that knows more).
     """
 
     name: str
@@ -67,6 +68,7 @@ class LauncherRule:
     doc: str = ""
     job_vars: tuple[str, ...] = field(default=())
     size_fix: str = ""
+    defer: Callable[[Env], bool] | None = None
 
 
 def _int(env: Env, names: tuple[str, ...], launcher: str, what: str) -> int | None:
@@ -168,6 +170,22 @@ _MPI_JOB = (
     "MLDIST_RUN_ID",
 )
 
+
+def srun_direct(env: Env) -> bool:
+    """Whether srun itself started this rank through its PMI plugin (``srun --mpi=pmi2``), not Hydra.
+
+    Slurm's PMI plugins export ``PMI_RANK`` too; Slurm's placement knows the hosts. Hydra inside an
+    allocation starts its proxies with srun, one per node: there the PMI rank is not srun's.
+
+    Example:
+        >>> srun_direct({"SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "PMI_RANK": "1", "SLURM_STEP_NUM_TASKS": "2",
+        ...              "PMI_SIZE": "2"})
+        True
+    """
+    size = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
+    return "SLURM_STEP_ID" in env and (env.get("PMI_RANK"), env.get("PMI_SIZE")) == (env.get("SLURM_PROCID"), size)
+
+
 #: Launchers in priority order. Field names map to candidate variables.
 LAUNCHERS: tuple[LauncherRule, ...] = (
     LauncherRule(
@@ -223,6 +241,7 @@ LAUNCHERS: tuple[LauncherRule, ...] = (
         None,
         "MPICH/Hydra or Intel MPI mpiexec",
         _MPI_JOB,
+        defer=srun_direct,
     ),
     LauncherRule(
         "aprun",
@@ -324,6 +343,6 @@ def detect(env: Env) -> Placement:
     if env.get("MLDIST_RANK") is None and env.get("TF_CONFIG"):
         return _from_tf_config(env["TF_CONFIG"])
     for rule in LAUNCHERS:
-        if env.get(rule.marker) is not None:
+        if env.get(rule.marker) is not None and not (rule.defer and rule.defer(env)):
             return _apply(rule, env)
     return Placement("none")
