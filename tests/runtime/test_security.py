@@ -95,3 +95,76 @@ def test_tensorflow_clients_cannot_run_ops_in_workers(engine: str, network: str,
         assert ran, f"the control failed: no RING worker port ran the client's ops; {report}"
     else:
         assert not ran, f"TensorFlow ops ran inside {engine} workers through {ran}; {report}"
+
+
+def _tree(root: int) -> set[int]:
+    """``root`` and all its descendants (from /proc's parent links)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    seen, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo += parents.get(pid, [])
+    return seen
+
+
+def _host_listeners(pids: set[int]) -> list[str]:
+    """``pid:port`` of the listening TCP sockets that ``pids`` hold in this test's (the host's) network."""
+    host = {}
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A":
+                host[cols[9]] = int(cols[1].rsplit(":", 1)[1], 16)
+    found = []
+    for pid in pids:
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue
+        found += [f"{pid}:{host[link[8:-1]]}" for link in links if link.startswith("socket:[") and link[8:-1] in host]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("network, exposed", [("auto", False), ("host", True)], ids=["private", "host-control"])
+def test_an_mpi_run_on_one_host_listens_on_no_host_interface(network: str, exposed: bool) -> None:
+    """Open MPI's launcher binds every interface: mldist run keeps it (and the workers) in a private network."""
+    argv = [
+        PY,
+        "-m",
+        "mldist",
+        "run",
+        "-n",
+        "2",
+        "--communication",
+        "mpi",
+        "--network",
+        network,
+        "--",
+        PY,
+        "-c",
+        WAITER,
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
+    try:
+        workers = _ready(proc, 2)
+        assert [(r, e) for r, e, _ in sorted(workers)] == [(0, "mpi"), (1, "mpi")], workers
+        listeners = _host_listeners(_tree(proc.pid))
+        # Shared memory between the workers: no TCP transport listening, in any namespace.
+        in_workers = {rank: listening_ports(pid) for rank, _, pid in workers}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert in_workers == {0: set(), 1: set()}, in_workers
+    if exposed:
+        assert listeners, "the control failed: prterun on the host's network should listen there"
+    else:
+        assert listeners == [], f"listening on the host's network: {listeners}"

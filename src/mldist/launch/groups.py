@@ -191,6 +191,33 @@ class Group(ABC):
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(pid, sig)
 
+    net: PrivateNetwork | None = None
+    #: What listens on this host's network without the private namespace (the warning names it).
+    listener = "TensorFlow's unauthenticated server"
+
+    def _network(self) -> PrivateNetwork | None:
+        """The private network of the workers (and mpiexec), per ``cfg.network``; says once what it chose.
+
+        Everything that listens for the workers (TensorFlow's gRPC server; Open MPI's launcher, whose
+        listeners bind every interface) is then reachable only from inside: loopback and shared memory.
+        """
+        cfg = self.cfg
+        if cfg.network == "host" or cfg.nprocs == 1:
+            return None
+        got = PrivateNetwork.start()
+        if isinstance(got, PrivateNetwork):
+            if self.restart == 0:
+                say(
+                    "workers share a private network namespace (loopback only: nothing outside reaches what "
+                    "listens for them; no other network in it: --network host to allow)"
+                )
+            return got
+        if cfg.network == "private":
+            raise LaunchError(f"--network private: no private network namespace here ({got})")
+        if self.restart == 0:
+            say(f"warning: {self.listener} is reachable on this host's network ({got})")
+        return None
+
     def finish(self) -> None:
         """Kill leftovers of every worker's session (e.g. grandchildren) and close the logs."""
         self.signal_all(signal.SIGKILL, only_running=False)
@@ -208,30 +235,6 @@ class Group(ABC):
 
 class DirectGroup(Group):
     """Workers started by the launcher itself, one session each (in a private network when asked)."""
-
-    net: PrivateNetwork | None = None
-
-    def _network(self) -> PrivateNetwork | None:
-        """The private network for TensorFlow's servers, per ``cfg.network``; says once what it chose."""
-        cfg = self.cfg
-        if cfg.network == "host" or cfg.nprocs == 1:
-            return None
-        got = PrivateNetwork.start()
-        if isinstance(got, PrivateNetwork):
-            if self.restart == 0:
-                say(
-                    "workers share a private network namespace (TensorFlow's server is unauthenticated; "
-                    "no other network in it: --network host to allow)"
-                )
-            return got
-        if cfg.network == "private":
-            raise LaunchError(f"--network private: no private network namespace here ({got})")
-        if self.restart == 0:
-            say(
-                f"warning: TensorFlow's unauthenticated server is reachable on this host's network ({got}); "
-                "the MPI engine (--communication mpi) starts none"
-            )
-        return None
 
     def start(self) -> None:
         """Start every worker; raises LaunchError (after killing the started ones) if one cannot start."""

@@ -75,8 +75,9 @@ def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) ->
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines, once per rank, bury the output
     if kind == "openmpi":
-        # All ranks share this host: the libfabric transport only adds a 1 s pause to every MPI_Init.
-        env.setdefault("OMPI_MCA_btl", "^ofi")
+        # All ranks share this host: shared memory only. The TCP transport would listen on every
+        # interface for nothing, and libfabric's only adds a 1 s pause to every MPI_Init.
+        env.setdefault("OMPI_MCA_btl", "^tcp,ofi")
         # Inside a batch job Open MPI would read the allocation and start ranks on other nodes
         # (through srun, PBS's tm, ...); `mldist run` is a launcher for this host only.
         env.setdefault("PRTE_MCA_ras", "^slurm,pbs,tm,lsf,gridengine,alps")
@@ -122,7 +123,9 @@ class ShimRank:
 
 
 class MpiexecGroup(Group):
-    """Workers started through mpiexec and a per-rank shim."""
+    """Workers started through mpiexec and a per-rank shim (in a private network unless ``--network host``)."""
+
+    listener = "Open MPI's launcher (prterun), whose listeners bind every interface,"
 
     mpiexec: subprocess.Popen[bytes] | None = None
     run_dir: Path | None = None
@@ -159,9 +162,11 @@ class MpiexecGroup(Group):
             for stream in ("out", "err"):
                 os.mkfifo(self.run_dir / f"{stream}-{rank}", 0o600)
         shim = [sys.executable, "-m", "mldist.launch.shim", str(self.run_dir), "--", *cfg.command]
+        self.net = self._network()
+        argv = mpiexec_argv(found, kind, cfg.nprocs, shim)
         with open(self.run_dir / "mpiexec.log", "wb") as log:
             self.mpiexec = subprocess.Popen(
-                mpiexec_argv(found, kind, cfg.nprocs, shim),
+                self.net.enter(argv) if self.net else argv,
                 env=mpiexec_env(os.environ, kind, extra),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
