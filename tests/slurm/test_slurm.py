@@ -43,12 +43,13 @@ def test_two_node_training_runs_to_completion(
         assert log.returncode == 0, log.stderr
         m = re.search(r"rank (\d) of 2 on (\S+) \(launcher slurm\)", log.stdout)
         assert m, log.stdout[-2000:]
-        if rank == 0:  # plain srun: the PyPI Open MPI sees a world of 1, so auto says why it uses RING
-            assert "using TensorFlow's RING collectives, not MPI: mpi4py's MPI (Open MPI" in log.stdout, log.stdout
-            assert "sees rank 0 of 1 but the 'slurm' launcher says rank 0 of 2" in log.stdout
+        if rank == 0:  # the MPI engine across the nodes: srun --mpi=pmix, detected when the job ran
+            assert "collectives: mpi engine" in log.stdout, log.stdout[-3000:]
+        assert "RING" not in log.stdout, log.stdout[-3000:]
         seen.add(int(m.group(1)))
         result = json.loads((out / "results" / f"result-rank{rank}.json").read_text())
-        assert (result["rank"], result["size"]) == (rank, 2)
+        assert (result["rank"], result["size"], result["engine"]) == (rank, 2, "mpi")
+    assert "mldist: srun MPI plugin: --mpi=pmix" in batch, batch
     assert seen == {0, 1}
     env_record = (out / f"environment-{job}.txt").read_text()
     assert "## pip freeze" in env_record and "tensorflow" in env_record
@@ -98,6 +99,9 @@ def test_requeued_job_resumes_from_its_checkpoint_and_completes(
 
     # One USR1 (attempt 0), its step exited 75 and requeued; attempt 1's step exited 0.
     assert batch.count("mldist: USR1: asking the workers to save and exit") == 1, why
+    assert batch.count("mldist: srun MPI plugin: --mpi=pmix") == 2, why  # both attempts on the MPI engine
+    for rank, log in enumerate(ranks):
+        assert log.count(f"rank {rank} engine mpi") == 2, why
     assert "workers saved and asked to be requeued (exit 75)" in batch, why
     ends = re.findall(r"job step ended with exit code (\d+)", batch)
     assert ends == ["75", "0"], why

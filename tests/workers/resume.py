@@ -48,6 +48,7 @@ p.add_argument("--private-ckpt", action="store_true")
 args = p.parse_args()
 
 ctx = mldist.init()
+print(f"rank {ctx.rank} engine {ctx.communication}", flush=True)
 attempt = int(os.environ.get("MLDIST_RESTART", "0")) + int(os.environ.get("MLDIST_ATTEMPT", "0"))
 
 import keras  # noqa: E402

@@ -1,0 +1,81 @@
+"""The MPI engine across the test cluster's two nodes: srun --mpi=pmix (the cluster's default).
+
+Ranks started by plain ``srun`` join one MPI world that spans node1 and node2, talk over TCP
+(Open MPI's path between nodes), compute what one process computes on the union batch, and
+end the job step fast when one of them leaves; where the world does not match the launcher
+(``--mpi=pmi2``: a world of one per rank) ``auto`` says why and uses RING.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from helpers import PY, WORKERS, check, results, run_py, tail
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+
+def srun(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``srun -N 2 --ntasks-per-node=1 ARGS`` on the test cluster (one rank per node)."""
+    argv = ["srun", "-N", "2", "--ntasks-per-node=1", "--time=5", *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _connected(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether ranks ``a`` and ``b`` hold the two ends of one TCP connection."""
+    ends = {tuple(c.split(">")) for c in a["tcp"]}
+    return any((remote, local) in ends for local, remote in (c.split(">") for c in b["tcp"]))
+
+
+def test_one_mpi_world_spans_both_nodes_over_tcp(slurm_env: dict[str, str]) -> None:
+    res = check(srun(slurm_env, PY, str(WORKERS / "mpi_probe.py")))
+    rows = results(res.stdout)
+    assert [(r["rank"], r["size"], r["engine"]) for r in rows] == [(0, 2, "mpi"), (1, 2, "mpi")], tail(res)
+    assert [r["node"] for r in rows] == ["node1", "node2"], rows
+    assert [r["sum"] for r in rows] == [3.0, 3.0], rows  # 1 + 2 on both ranks
+    assert _connected(rows[0], rows[1]), f"no TCP connection between the ranks: {rows}"
+
+
+def test_a_world_of_one_per_rank_falls_back_to_ring_and_says_why(slurm_env: dict[str, str]) -> None:
+    res = check(srun(slurm_env, "--mpi=pmi2", PY, str(WORKERS / "mpi_probe.py")))
+    rows = results(res.stdout)
+    assert [(r["rank"], r["engine"], r["sum"]) for r in rows] == [(0, "ring", 3.0), (1, "ring", 3.0)], tail(res)
+    assert "using TensorFlow's RING collectives, not MPI: mpi4py's MPI (Open MPI" in res.stderr, tail(res)
+    assert "sees rank 0 of 1 but the 'slurm' launcher says rank 0 of 2" in res.stderr, tail(res)
+
+
+def test_two_ranks_on_two_nodes_match_one_process_on_the_union_batch(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    check(run_py(str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "one"), timeout=240))
+    res = check(srun(slurm_env, PY, str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "two"), timeout=240))
+    w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
+    ref = np.load(tmp_path / "one" / "weights-0.npy")
+    assert np.array_equal(w0, w1), tail(res)
+    assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
+
+
+#: way -> what names the rank that left (and how) in srun's or the ranks' output.
+LEAVES = {
+    "sysexit": r"\(rank 1\): exited with code 3 \(sys\.exit\)",
+    "raise": r"\(rank 1\): raised ValueError: boom",
+    "kill": r"node2: task 1: Killed",
+    "exit0": r"rank 1 has finished \(exit code 0\)",
+}
+
+
+@pytest.mark.parametrize("way", list(LEAVES))
+def test_a_rank_that_leaves_ends_the_step_fast(slurm_env: dict[str, str], way: str) -> None:
+    started = time.monotonic()
+    res = srun(slurm_env, "--kill-on-bad-exit=1", PY, str(WORKERS / "leave.py"), way, "keep", timeout=120)
+    took = time.monotonic() - started
+    assert res.returncode != 0, tail(res)
+    assert took < 20, f"took {took:.1f} s\n{tail(res)}"
+    assert re.search(LEAVES[way], res.stdout + res.stderr), tail(res)
