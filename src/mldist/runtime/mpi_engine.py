@@ -79,42 +79,6 @@ def abort(code: int) -> None:
         _World.comm.Abort(code)
 
 
-class MpiEngine:
-    """The MPI engine behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
-
-    name = "mpi"
-
-    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
-        """Duplicate ``COMM_WORLD``; no strategy, no addresses (no TensorFlow server)."""
-        start()
-        return None, ()
-
-    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
-        """See :func:`allreduce`."""
-        return allreduce(buffers, op)
-
-    def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
-        """See :func:`broadcast`."""
-        return broadcast(buffers, root, rank)
-
-    def allgather(self, value: Any, size: int) -> Any:
-        """See :func:`allgather`."""
-        return allgather(value, size)
-
-    def abort(self, code: int) -> None:
-        """See :func:`abort`."""
-        abort(code)
-
-    def watch_probe(self, tf: Any) -> tuple[None, tuple[str, ...]]:
-        """No graph counters: this engine marks its collectives in its callbacks (:mod:`stall`)."""
-        return None, ()
-
-
-def engine(name: str) -> MpiEngine:
-    """The engine object for :func:`mldist.runtime.engine.get`."""
-    return MpiEngine()
-
-
 def _aligned(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     raw = np.empty(count * dtype.itemsize + _ALIGN, np.uint8)
     start = -raw.ctypes.data % _ALIGN
@@ -283,3 +247,28 @@ def allgather(value: Any, size: int) -> Any:
     (gathered,) = _call(run, [_bits(value)], "mpi_allgather", "allgather")
     gathered.set_shape(tf.TensorShape([None, *inner]))
     return _unbits(gathered, dtype)
+
+
+class MpiEngine:
+    """The MPI engine behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
+
+    name = "mpi"
+    # The collectives and the abort are this module's functions.
+    allreduce = staticmethod(allreduce)
+    broadcast = staticmethod(broadcast)
+    allgather = staticmethod(allgather)
+    abort = staticmethod(abort)
+
+    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
+        """Duplicate ``COMM_WORLD``; no strategy, no addresses (no TensorFlow server)."""
+        start()
+        return None, ()
+
+    def watch_probe(self, tf: Any) -> tuple[None, tuple[str, ...]]:
+        """No graph counters: this engine marks its collectives in its callbacks (:mod:`stall`)."""
+        return None, ()
+
+
+def engine(name: str) -> MpiEngine:
+    """The engine object for :func:`mldist.runtime.engine.get`."""
+    return MpiEngine()

@@ -87,41 +87,6 @@ def start_for(tf: Any, placement: Placement, communication: str) -> tuple[Any, t
     return strategy, spec.workers
 
 
-class TfEngine:
-    """TensorFlow's engines behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
-        """See :func:`start_for`."""
-        return start_for(tf, placement, self.name)
-
-    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
-        """See :func:`allreduce`."""
-        return allreduce(buffers, op)
-
-    def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
-        """See :func:`broadcast`."""
-        return broadcast(buffers, root, rank)
-
-    def allgather(self, value: Any, size: int) -> Any:
-        """See :func:`allgather`."""
-        return allgather(value, size)
-
-    def abort(self, code: int) -> None:
-        """Nothing to abort: TensorFlow's peers notice a dead worker (about 10 s) or the launcher stops them."""
-
-    def watch_probe(self, tf: Any) -> tuple[Callable[[], tuple[int, int, int]], list[str]]:
-        """See :func:`watch_probe`."""
-        return watch_probe(tf)
-
-
-def engine(name: str) -> TfEngine:
-    """The engine object for :func:`mldist.runtime.engine.get`."""
-    return TfEngine(name)
-
-
 def _strategy() -> Any:
     strategy = STATE.strategy
     if strategy is None:
@@ -262,3 +227,28 @@ def _allgather(value: Any, size: int) -> Any:
     pad = [[0, longest - n]] + [[0, 0]] * (value.shape.rank - 1)
     rows = tf.reshape(_gather_equal(tf.pad(value, pad)), tf.concat([[size, longest], tf.shape(value)[1:]], 0))
     return tf.boolean_mask(rows, tf.sequence_mask(counts, longest))
+
+
+class TfEngine:
+    """TensorFlow's engines behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
+
+    # The collectives are this module's functions.
+    allreduce = staticmethod(allreduce)
+    broadcast = staticmethod(broadcast)
+    allgather = staticmethod(allgather)
+    watch_probe = staticmethod(watch_probe)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
+        """See :func:`start_for`."""
+        return start_for(tf, placement, self.name)
+
+    def abort(self, code: int) -> None:
+        """Nothing to abort: TensorFlow's peers notice a dead worker (about 10 s) or the launcher stops them."""
+
+
+def engine(name: str) -> TfEngine:
+    """The engine object for :func:`mldist.runtime.engine.get`."""
+    return TfEngine(name)
