@@ -102,16 +102,11 @@ def _add_submit(sub: Any) -> None:
         ("--wrap", "prefix each rank's command, e.g. 'nsys profile -o {job_dir}/r{rank} --' ({local_rank}, {job_id})"),
         ("--job-name", "job name (default mldist)"),
         ("--output-dir", "script, logs and environment record (default mldist-jobs/NAME-TIME)"),
+        ("--srun-mpi", "srun's --mpi plugin (pmix, pmi2, none, ...); default auto: pmix for Open MPI if Slurm has it"),
     ):
         p.add_argument(flag, help=text)
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
     p.add_argument("--launcher", choices=list(LAUNCHERS), help="how ranks start (default: the site's or scheduler's)")
-    p.add_argument(
-        "--srun-mpi",
-        metavar="PLUGIN",
-        help="srun's --mpi plugin (pmix, pmi2, cray_shasta, none); default auto: pmix where Slurm offers it "
-        "and mpi4py's MPI is Open MPI, else the site's default",
-    )
     p.add_argument("--gpu-request", choices=list(GPU_REQUESTS), help="Slurm GPUs per node, per task or in total")
     p.add_argument("--module", action="append", dest="modules", help="module to load (repeatable)")
     p.add_argument(
