@@ -100,3 +100,30 @@ def wait_for(what: Callable[[], bool], timeout: float, message: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {message}")
         time.sleep(0.05)
+
+
+def start_service(script: Path, needs: str, export: str) -> str:
+    """``bash SCRIPT start`` for a test service that needs root; the value its last line exports.
+
+    Without root the test skips, naming ``needs``; with CI=true that, or a service that does not
+    start, fails: CI must run these tests.
+
+    Args:
+        script: scripts/slurm-cluster.sh, scripts/test-hosts.sh, ...
+        needs: what root is needed for, for the message.
+        export: the variable of the script's last line, ``export NAME=VALUE``.
+    """
+    if os.geteuid() != 0:
+        reason = f"{script.name} needs root ({needs})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; CI must run these tests")
+        pytest.skip(reason)
+    res = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=900)
+    if res.returncode != 0:
+        pytest.fail(f"{script.name} start failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return res.stdout.strip().splitlines()[-1].removeprefix(f"export {export}=")
+
+
+def stop_service(script: Path) -> None:
+    """``bash SCRIPT stop``: stops only what the script started."""
+    subprocess.run(["bash", str(script), "stop"], capture_output=True, text=True, timeout=120)

@@ -8,15 +8,13 @@ folder's conftest.py cannot be imported by name (every folder has one).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from helpers import ROOT, clean_env, mldist
+from helpers import ROOT, clean_env, mldist, start_service, stop_service
 
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
 
@@ -24,18 +22,10 @@ SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
 @pytest.fixture(scope="session")
 def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Environment for CLI calls that reach the test cluster."""
-    if os.geteuid() != 0:
-        reason = "the test Slurm cluster needs root (it installs and starts slurmctld/slurmd)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + "; CI must run them")
-        pytest.skip(reason)
-    res = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
-    if res.returncode != 0:
-        pytest.fail(f"the test Slurm cluster did not start:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
-    conf = res.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF=")
+    conf = start_service(SCRIPT, "it installs and starts slurmctld/slurmd", "SLURM_CONF")
     state = tmp_path_factory.mktemp("mldist-state")
     yield clean_env(SLURM_CONF=conf, MLDIST_STATE_DIR=str(state))
-    subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, text=True, timeout=120)
+    stop_service(SCRIPT)
 
 
 def submit_job(env: dict[str, str], *args: str) -> str:
