@@ -74,11 +74,14 @@ def test_every_command_has_help_with_an_example(
         ([], "required: COMMAND"),
         # Formerly its own test (test_negative_max_restarts_is_one_line_exit_2); last, to keep the ids above.
         (["run", "-n", "2", "--max-restarts", "-1", "--", "true"], "--max-restarts"),
-        # horovodrun's flags: -H names this host only and agrees with -np; one engine flag.
+        # horovodrun's flags: -H on this host agrees with -np; other hosts need the MPI engine; one engine flag.
         (["run", "--", "true"], "say how many workers"),
-        (["run", "-H", "node7:2", "--", "true"], "node7 is not this host"),
         (["run", "-H", "localhost:2\n", "--", "true"], "write host:slots"),
-        (["run", "-np", "3", "-H", "localhost:2", "--", "true"], "-np 3 but -H 'localhost:2' gives 2 slots"),
+        (["run", "-np", "3", "-H", "localhost:2", "--", "true"], "-np 3 but -H gives 2 slots on this host"),
+        (["run", "-np", "5", "-H", "node7:2,node8:2", "--", "true"], "-n 5 is more than the 4 slots of -H"),
+        (["run", "-n", "2", "--network-interface", "ib0", "--", "true"], "with -H or --hostfile"),
+        (["run", "--hostfile", "/nonexistent/hosts", "--", "true"], "--hostfile '/nonexistent/hosts'"),
+        (["run", "-H", "node7:2", "--log-dir", "logs", "--", "true"], "--log-dir and --cpu-bind are for one host"),
         (["run", "-np", "2", "--gloo", "--mpi", "--", "true"], "not allowed with argument --gloo"),
     ],
 )

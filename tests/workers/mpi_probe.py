@@ -42,5 +42,6 @@ row = {
     "node": os.environ.get("SLURMD_NODENAME") or os.uname().nodename,
     "sum": float(total[0]),
     "tcp": established_tcp(),
+    "tcp_if_include": os.environ.get("OMPI_MCA_btl_tcp_if_include"),  # noqa: SIM112 - Open MPI spells it so
 }
 print("RESULT " + json.dumps(row), flush=True)

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import socket
-from collections.abc import Collection
 from typing import Any
 
 from ..errors import ConfigError
@@ -25,6 +24,8 @@ example:
   mldist run -n 2 --run-dir runs/try1 -- python train.py   # then: mldist tensorboard runs/try1
   mldist run -n 2 --max-restarts 3 python train.py   # resumes from mldist.keras.Checkpoint
   mldist run -np 2 -H localhost:2 python train.py     # horovodrun's flags work too
+  mldist run -H node1:2,node2:2 -- python train.py    # other hosts, over ssh (MPI engine)
+  mldist run --hostfile hosts.txt --network-interface 10.1.0.0/16 -- python train.py
 
 Each worker gets MLDIST_RANK, MLDIST_SIZE, MLDIST_LOCAL_RANK, MLDIST_LOCAL_SIZE
 and MLDIST_WORKERS; mldist.init() reads them. If one worker fails the others
@@ -40,9 +41,18 @@ example:
 
 
 def _add_horovodrun_flags(run: Any) -> None:
-    """horovodrun's -H, --gloo and --mpi (its -np is an alias of -n)."""
+    """horovodrun's -H, --hostfile, --network-interface, --gloo and --mpi (its -np is an alias of -n)."""
+    hosts = run.add_mutually_exclusive_group()
+    hosts.add_argument(
+        "-H",
+        "--hosts",
+        help="host:slots,... (horovodrun's -H): other hosts start through mpiexec's ssh; sets -n if absent",
+    )
+    hosts.add_argument("--hostfile", help="a file of hosts, one per line: 'host', 'host:slots' or 'host slots=N'")
     run.add_argument(
-        "-H", "--hosts", help="horovodrun's host:slots list; this host only (e.g. localhost:2): sets -n if absent"
+        "--network-interface",
+        metavar="IF",
+        help="with -H/--hostfile: the interface or address/CIDR MPI uses between the hosts (e.g. ib0, 10.1.0.0/16)",
     )
     engine = run.add_mutually_exclusive_group()
     engine.add_argument("--gloo", action="store_true", help="horovodrun's flag: TensorFlow's RING engine")
@@ -142,55 +152,69 @@ def _step_range(text: str) -> str:
     return text
 
 
-def local_slots(hosts: str, local_names: Collection[str]) -> int:
-    """The worker count of a horovodrun ``-H host:slots,...`` list naming only this host.
+def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
+    """``(host, slots)`` of a ``host:slots,...`` list (or hostfile lines joined by commas).
 
     Example:
-        >>> local_slots("localhost:2", {"localhost"})
-        2
-        >>> local_slots("localhost", {"localhost"})
-        1
+        >>> parse_hosts("node1:2,node2")
+        (('node1', 2), ('node2', 1))
     """
-    total = 0
-    for item in hosts.split(","):
+    out = []
+    for item in filter(None, text.split(",")):
         match = _HOST_SLOTS.fullmatch(item)
         if not match:
-            raise ConfigError(f"-H {hosts!r}: write host:slots,... (e.g. localhost:2)")
-        host, slots = match.group(1), int(match.group(2) or 1)
-        if host not in local_names:
-            raise ConfigError(
-                f"-H {hosts!r}: {host} is not this host; mldist run starts workers here only. "
-                "For several nodes use mldist submit, srun or mpiexec"
-            )
-        total += slots
-    if total < 1:
-        raise ConfigError(f"-H {hosts!r} gives no slots")
-    return total
+            raise ConfigError(f"{flag} {text!r}: write host:slots,... (e.g. node1:2,node2:2)")
+        out.append((match.group(1), int(match.group(2) or 1)))
+    if not out or sum(slots for _, slots in out) < 1:
+        raise ConfigError(f"{flag} {text!r} gives no slots")
+    return tuple(out)
+
+
+_HOSTFILE_LINE = re.compile(r"([A-Za-z0-9_.-]+)(?:(?::|\s+slots=)([0-9]{1,4}))?")
+
+
+def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
+    """The hosts of a hostfile: 'host', 'host:slots' or 'host slots=N' per line; '#' starts a comment."""
+    try:
+        lines = open(path).read().splitlines()  # noqa: SIM115 - a small text file
+    except OSError as exc:
+        raise ConfigError(f"--hostfile {path!r}: {exc.strerror}") from None
+    items = []
+    for number, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = _HOSTFILE_LINE.fullmatch(line)
+        if not match:
+            raise ConfigError(f"--hostfile {path!r} line {number}: {line!r}; write 'host', 'host:2' or 'host slots=2'")
+        items.append(f"{match.group(1)}:{match.group(2) or 1}")
+    return parse_hosts(",".join(items), "--hostfile")
 
 
 def _this_host() -> set[str]:
     return {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
 
 
-def _nprocs_and_engine(args: argparse.Namespace) -> tuple[int, str]:
-    """-n/-np, or horovodrun's -H; --gloo/--mpi as --communication."""
+def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """-n/-np and the hosts: -H or --hostfile naming only this host just count workers here."""
     nprocs = args.nprocs
-    if args.hosts is not None:
-        slots = local_slots(args.hosts, _this_host())
+    hosts = read_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else ()
+    slots = sum(n for _, n in hosts)
+    if hosts and all(host in _this_host() for host, _ in hosts):
         if nprocs is not None and nprocs != slots:
-            raise ConfigError(f"-np {nprocs} but -H {args.hosts!r} gives {slots} slots; make them agree")
-        nprocs = slots
-    if nprocs is None:
+            raise ConfigError(f"-np {nprocs} but -H gives {slots} slots on this host; make them agree")
+        return slots, ()
+    if nprocs is None and not hosts:
         raise ConfigError("say how many workers: mldist run -n 2 -- python train.py")
-    engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
-    return nprocs, engine
+    return (slots if nprocs is None else nprocs), hosts
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from ..launch.local import RunConfig, run
     from ..launch.rundir import default_run_dir
 
-    nprocs, engine = _nprocs_and_engine(args)
+    nprocs, hosts = _placement(args)
+    engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
     cfg = RunConfig(
         nprocs=nprocs,
@@ -205,6 +229,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         profile_steps=args.profile_steps,
         run_dir=None if args.no_run_dir else args.run_dir or str(default_run_dir(command)),
+        hosts=hosts,
+        network_interface=args.network_interface,
     )
     return run(cfg)
 

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import resource
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
 NETWORKS = ("auto", "private", "host")
 #: The most workers ``mldist run`` starts on one host.
 MAX_WORKERS = 4096
+#: A host name of ``-H``/``--hostfile``; a ``--network-interface`` (a name, or an address/CIDR).
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
 #: Descriptors the launcher holds per worker (output pipes, FIFOs, ports while choosing), and for itself.
 _FDS_PER_WORKER, _FDS_BASE = 6, 64
 
@@ -54,6 +58,10 @@ class RunConfig:
         profile_steps: "A:B" to record a timeline of those steps on every rank (``MLDIST_PROFILE_STEPS``).
         run_dir: the run directory (config.json, rank-R.log, summary.json; ``MLDIST_RUN_DIR``
             for the workers), or None for none; see :mod:`mldist.launch.rundir`.
+        hosts: ``(host, slots)`` to start the workers on other hosts (through mpiexec's ssh), or ()
+            for this host.
+        network_interface: with ``hosts``, the interface (name, or address/CIDR as Open MPI takes
+            it) that MPI and its launcher use between the hosts.
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
@@ -72,6 +80,8 @@ class RunConfig:
     verbose: bool = False
     profile_steps: str | None = None
     run_dir: str | None = None
+    hosts: tuple[tuple[str, int], ...] = ()
+    network_interface: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -89,6 +99,24 @@ class RunConfig:
             raise ConfigError(f"--network {self.network!r} is not one of {', '.join(NETWORKS)}")
         if self.communication not in COMMUNICATIONS:
             raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
+        self._check_hosts()
+
+    def _check_hosts(self) -> None:
+        """``hosts`` and what goes with it: slots for every worker, the options that need one host."""
+        for host, slots in self.hosts:
+            if not HOST_NAME.fullmatch(host) or slots < 1:
+                raise ConfigError(f"-H {host}:{slots}: give host names with 1 or more slots (e.g. node1:2)")
+        if self.hosts and self.nprocs > sum(slots for _, slots in self.hosts):
+            raise ConfigError(f"-n {self.nprocs} is more than the {sum(s for _, s in self.hosts)} slots of -H")
+        if self.hosts and (self.log_dir or self.cpu_bind != "none"):
+            raise ConfigError(
+                "-H/--hostfile: --log-dir and --cpu-bind are for one host; the run directory has the logs"
+            )
+        if self.network_interface is not None and not (self.hosts and INTERFACE.fullmatch(self.network_interface)):
+            raise ConfigError(
+                f"--network-interface {self.network_interface!r}: give an interface or address/CIDR "
+                "(e.g. ib0 or 10.1.0.0/16), with -H or --hostfile"
+            )
 
 
 def prepare_log_dir(path: str) -> None:

@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 from ..errors import LaunchError
 from ..placement.resources import cpu_probe
 from .netns import PrivateNetwork
-from .procs import cpu_sets, die_with_parent, free_ports, say, worker_env
+from .procs import cpu_sets, die_with_parent, first_failure, free_ports, say, worker_env
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -124,6 +124,10 @@ class Group(ABC):
     @abstractmethod
     def start(self) -> None:
         """Start every worker (raises LaunchError if they cannot start)."""
+
+    def blame(self, rank: int, code: int, early: list[int]) -> str:
+        """How the group's first failure is reported (``early``: ranks that had ended with 0 before)."""
+        return first_failure(rank, code, early)
 
     def launch_env(self) -> dict[str, str]:
         """What every worker gets from the group: the decided engine and the notes directory."""

@@ -25,12 +25,13 @@ import signal
 import time
 from collections.abc import Mapping
 
-from ..errors import REQUEUE_CODE
+from ..errors import REQUEUE_CODE, ConfigError
 from ..placement import engines
 from .config import COMMUNICATIONS, MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
 from .procs import FORWARDED, STOPPING, cpu_sets, describe, die_with_parent, exit_code, free_ports, say, worker_env
+from .remote import RemoteGroup
 from .rundir import Record
 
 #: The supervisor's names and, re-exported, those of config and procs that callers import from here.
@@ -116,9 +117,13 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
     The workers get the decision in ``MLDIST_ENGINE`` and check it against what they see.
     """
     gpu = engines.gpu_device_nodes()
-    needed = engines.needs_mpi_probe(cfg.communication, cfg.nprocs, gpu)
+    needed = engines.needs_mpi_probe(cfg.communication, cfg.nprocs, gpu) or bool(cfg.hosts)
     world = _world_to_form(cfg.nprocs, env) if needed else None
     decision = engines.decide(cfg.communication, rank=0, size=cfg.nprocs, launcher="mldist", gpu=gpu, mpi=world)
+    if cfg.hosts:  # mpiexec starts them whatever the engine: it is the only way onto the other hosts
+        if isinstance(world, str):
+            raise ConfigError(f"-H/--hostfile starts the workers through Open MPI's mpiexec: {world}")
+        return decision, RemoteGroup
     return decision, MpiexecGroup if decision.name == "mpi" else DirectGroup
 
 
@@ -143,22 +148,6 @@ def _finished(group: Group, pending: set[int]) -> list[tuple[int, int]]:
     return sorted(done, key=lambda rc: getattr(group.procs[rc[0]], "finished_at", 0.0))
 
 
-def _first_failure(rank: int, code: int, early: list[int]) -> str:
-    """How the group's first failure is reported; a rank killed after another had left is said so.
-
-    An MPI launcher stops the job when a rank leaves without MPI_Finalize (even with exit 0):
-    then the killed rank is not the one to blame.
-
-    Example:
-        >>> _first_failure(0, -15, [1])[:50]
-        'rank 1 exited with code 0 while the others were st'
-    """
-    said = describe(rank, code)
-    if code < 0 and early:
-        return f"rank {early[0]} exited with code 0 while the others were still running, then {said}"
-    return said
-
-
 def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, str | None]:
     """Wait for every worker; the group's exit code and its first failure, if any."""
     first_failure: tuple[int, str] | None = None
@@ -180,7 +169,7 @@ def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, 
             if first_nonzero is None:
                 first_nonzero = exit_code(code)
             if first_failure is None and deadline is None:
-                first_failure = (exit_code(code), _first_failure(rank, code, early))
+                first_failure = (exit_code(code), group.blame(rank, code, early))
                 say(f"{first_failure[1]}; stopping the other workers")
                 group.signal_all(signal.SIGTERM)
                 # Exit 75: the others are saving a checkpoint too; give them the full grace.

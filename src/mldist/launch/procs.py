@@ -166,3 +166,19 @@ def say(message: str) -> None:
         say("restarting the group (1 of 2) after: rank 0 exited with code 1")
     """
     print(f"mldist run: {message}", file=sys.stderr, flush=True)
+
+
+def first_failure(rank: int, code: int, early: Sequence[int]) -> str:
+    """The group's first failure; a rank killed after another had left with exit 0 is said so.
+
+    An MPI launcher stops the job when a rank leaves without MPI_Finalize (even with exit 0):
+    then the killed rank is not the one to blame.
+
+    Example:
+        >>> first_failure(0, -15, [1])[:50]
+        'rank 1 exited with code 0 while the others were st'
+    """
+    said = describe(rank, code)
+    if code < 0 and early:
+        return f"rank {early[0]} exited with code 0 while the others were still running, then {said}"
+    return said

