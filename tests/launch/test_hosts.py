@@ -53,6 +53,9 @@ def test_two_ranks_on_two_hosts_share_one_world(hosts_env: dict[str, str], tmp_p
     args = ["run", "-H", "hx1:1,hx2:1", "--run-dir", str(run_dir), "--", PY, str(WORKERS / "mpi_probe.py")]
     res = check(mldist(args, env=hosts_env, timeout=180))
     _check_probe(res)
+    # No --network-interface: the network that reaches the hosts, not every interface.
+    assert "MPI between the hosts on 172.31.77.0/24, the network that reaches hx1" in res.stderr, tail(res)
+    assert [r["tcp_if_include"] for r in results(res.stdout)] == ["172.31.77.0/24"] * 2, tail(res)
     # The run directory on the launching host: config, each rank's log, the summary.
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["engine"], config["ranks"]) == ("mpi", 2)
@@ -64,16 +67,17 @@ def test_two_ranks_on_two_hosts_share_one_world(hosts_env: dict[str, str], tmp_p
 def test_a_hostfile_and_the_network_interface(hosts_env: dict[str, str], tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# the test hosts\nhx1 slots=1\nhx2:1\n")
-    args = ["run", "--hostfile", str(hostfile), "--network-interface", "172.31.77.0/24"]
+    args = ["run", "--hostfile", str(hostfile), "--network-interface", "172.31.77.0/25"]
     res = check(mldist([*args, "--", PY, str(WORKERS / "mpi_probe.py")], env=hosts_env, timeout=180))
     _check_probe(res)
     # Open MPI's TCP transport on every host was told the interface.
-    assert [r["tcp_if_include"] for r in results(res.stdout)] == ["172.31.77.0/24"] * 2, tail(res)
+    assert [r["tcp_if_include"] for r in results(res.stdout)] == ["172.31.77.0/25"] * 2, tail(res)
 
 
 #: way -> the line naming the rank that left first.
 LEAVES = {
     "sysexit": r"mldist run: rank 1 exited with code 3 on hx2; stopping",
+    "raise": r"\[1\] mldist: error \(rank 1\): raised ValueError: boom",
     "kill": r"mldist run: rank 1 was killed by SIGKILL \(exit code 137\) on hx2; stopping",
     "exit0": r"\(rank 0\): rank 1 has finished \(exit code 0\)",
 }

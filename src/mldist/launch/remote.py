@@ -17,9 +17,11 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +31,7 @@ from typing import IO
 from ..errors import LaunchError
 from .groups import Group
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
-from .procs import die_with_parent
+from .procs import die_with_parent, say
 from .remote_shim import TERM_AS
 
 #: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).
@@ -63,6 +65,38 @@ def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str
     if interface:
         env["OMPI_MCA_btl_tcp_if_include"] = env["PRTE_MCA_oob_tcp_if_include"] = interface
     return env
+
+
+def network_of(address: str, table: str) -> str | None:
+    """The network (CIDR) of the interface holding ``address``, from ``ip -o -4 addr show`` output.
+
+    Example:
+        >>> network_of("10.1.2.3", "3: ib0    inet 10.1.2.3/16 brd 10.1.255.255 scope global ib0")
+        '10.1.0.0/16'
+    """
+    for match in re.finditer(r"\binet ([0-9.]+/[0-9]{1,2})\b", table):
+        iface = ipaddress.ip_interface(match.group(1))
+        if str(iface.ip) == address:
+            return str(iface.network)
+    return None
+
+
+def reaching_network(host: str) -> str | None:
+    """The network of this host's interface that reaches ``host`` (IPv4), or None when it cannot tell.
+
+    The default of ``--network-interface``: Open MPI would otherwise listen and connect on
+    every interface (docker bridges, management networks) of every host.
+    """
+    try:
+        target = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((target, 9))  # UDP: no packet is sent, the kernel only picks the route
+            local = probe.getsockname()[0]
+        table = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+    network = network_of(local, table)
+    return None if network is None or ipaddress.ip_network(network).is_loopback else network
 
 
 class _Rank:
@@ -102,7 +136,7 @@ class RemoteGroup(Group):
             **({"MLDIST_PROFILE_STEPS": cfg.profile_steps} if cfg.profile_steps else {}),
             **({"MLDIST_RUN_DIR": os.path.abspath(cfg.run_dir)} if cfg.run_dir else {}),
         }
-        env = remote_env(os.environ, extra, cfg.network_interface)
+        env = remote_env(os.environ, extra, self.interface())
         names = [n for n in (*FORWARD, *extra) if n in env]
         self.mpiexec = subprocess.Popen(
             remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names),
@@ -120,6 +154,18 @@ class RemoteGroup(Group):
             t = threading.Thread(target=self._relay, args=(src, dst), daemon=True)
             t.start()
             self.pumps.append(t)
+
+    def interface(self) -> str | None:
+        """``--network-interface``, else the network that reaches the first host (said once)."""
+        cfg = self.cfg
+        if cfg.network_interface or not cfg.hosts:
+            return cfg.network_interface
+        found = reaching_network(cfg.hosts[0][0])
+        if self.restart == 0 and found:
+            say(f"MPI between the hosts on {found}, the network that reaches {cfg.hosts[0][0]} (--network-interface)")
+        elif self.restart == 0:
+            say("Open MPI chooses the interfaces between the hosts (--network-interface to name one)")
+        return found
 
     def _relay(self, src: IO[bytes] | None, dst: IO[bytes]) -> None:
         """Copy mpiexec's output; each rank's lines also go to its log in the run directory."""
