@@ -103,6 +103,7 @@ def _add_submit(sub: Any) -> None:
         ("--job-name", "job name (default mldist)"),
         ("--output-dir", "script, logs and environment record (default mldist-jobs/NAME-TIME)"),
         ("--srun-mpi", "srun's --mpi plugin (pmix, pmi2, none, ...); default auto: pmix for Open MPI if Slurm has it"),
+        ("--network-interface", "interface or address/CIDR MPI uses between nodes (ib0, 10.1.0.0/16)"),
     ):
         p.add_argument(flag, help=text)
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
@@ -178,7 +179,7 @@ _STR_OPTS: tuple[str, ...] = (
     "requeue",
     "mem",
 )
-_STR_OPTS += ("mem_per_cpu", "launcher", "srun_mpi", "gpu_request", "module_purge")
+_STR_OPTS += ("mem_per_cpu", "launcher", "srun_mpi", "network_interface", "gpu_request", "module_purge")
 #: The mldist package that submits: bound into a container that has none.
 MLDIST_PACKAGE = Path(__file__).resolve().parents[1]
 

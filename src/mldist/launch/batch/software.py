@@ -62,9 +62,19 @@ def source_lines(s: JobSpec) -> list[str]:
     return lines
 
 
+def network_lines(s: JobSpec) -> list[str]:
+    """The network between the nodes (``--network-interface``): Open MPI's TCP transport and launcher,
+    and NCCL's sockets when it is an interface name (NCCL takes no CIDR)."""
+    if not s.network_interface:
+        return []
+    iface = q(s.network_interface)
+    lines = [f"export OMPI_MCA_btl_tcp_if_include={iface} PRTE_MCA_oob_tcp_if_include={iface}"]
+    return lines + ([f"export NCCL_SOCKET_IFNAME={iface}"] if "/" not in s.network_interface else [])
+
+
 def env_lines(s: JobSpec) -> list[str]:
     """``export`` of the ``--env`` values; ``$NAME`` in a value expands here, once (a note if it is unset)."""
-    lines = []
+    lines = [*network_lines(s)]
     for key, value in s.env:
         for name in references(value):
             lines.append(

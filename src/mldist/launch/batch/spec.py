@@ -32,6 +32,8 @@ _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 URI = re.compile(r"(docker|library|oras|shub)://[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 #: srun --mpi plugin names (pmix, pmix_v4, pmi2, cray_shasta, none) or auto.
 SRUN_MPI_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+#: A network interface name, or an address/CIDR (as Open MPI's *_if_include take them).
+INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
 #: The placeholders --wrap fills in per rank.
 WRAP_FIELDS = ("rank", "local_rank", "job_id", "job_dir")
 GPU_REQUESTS = ("node", "task", "total")
@@ -88,6 +90,9 @@ class JobSpec:
         grace: seconds between that signal and the time limit.
         hyperthreads: hardware threads used per core (aprun ``-j``); threads per rank count them.
         launcher: srun, aprun, pals, openmpi or hydra (default: the scheduler's).
+        network_interface: the interface (name, or address/CIDR) MPI uses between the nodes
+            (``OMPI_MCA_btl_tcp_if_include``, ``PRTE_MCA_oob_tcp_if_include``, a name also as
+            ``NCCL_SOCKET_IFNAME``); None: the MPI library's own choice.
         srun_mpi: srun's ``--mpi`` plugin ("pmix", "pmi2", "cray_shasta", "none", ...), or "auto"/None:
             PMIx when Slurm offers it and mpi4py's MPI is Open MPI, else the site's default.
         cores_per_node: physical cores of a node; without it (and ``cpus_per_task``) the
@@ -132,6 +137,7 @@ class JobSpec:
     hyperthreads: int = 1
     launcher: str | None = None
     srun_mpi: str | None = None
+    network_interface: str | None = None
     cores_per_node: int | None = None
     module_purge: bool = False
     mem_per_cpu: str | None = None
@@ -258,6 +264,10 @@ def _validate_recipe(s: JobSpec) -> None:
     """The launcher, GPU request, --wrap placeholders, container image and job-time --env values."""
     if s.launcher is not None and s.launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if s.network_interface is not None and not INTERFACE.fullmatch(s.network_interface):
+        raise ConfigError(
+            f"--network-interface {s.network_interface!r}: give an interface or address/CIDR (ib0, 10.1.0.0/16)"
+        )
     if s.srun_mpi is not None and not SRUN_MPI_NAME.fullmatch(s.srun_mpi):
         raise ConfigError(f"--srun-mpi {s.srun_mpi!r}: give auto or a plugin name from srun --mpi=list (e.g. pmix)")
     if s.gpu_request not in GPU_REQUESTS:
