@@ -114,3 +114,17 @@ def test_sigterm_reaches_every_remote_worker_as_sigterm(hosts_env: dict[str, str
     text = "".join(seen) + out
     assert "[0] TERM 0" in text and "[1] TERM 1" in text, text
     assert proc.returncode == 0, text
+
+
+RESTARTED = (
+    "import os, sys, mldist, tensorflow as tf; c = mldist.init(); r = int(os.environ['MLDIST_RESTART']); "
+    "mldist.allreduce(tf.ones([2])); "
+    "sys.exit(3) if (r, c.rank) == (0, 1) else print('done', r, c.rank, flush=True)"
+)
+
+
+def test_max_restarts_starts_every_remote_rank_again(hosts_env: dict[str, str]) -> None:
+    args = ["run", "-H", "hx1:1,hx2:1", "--max-restarts", "1", "--no-run-dir", "--", PY, "-c", RESTARTED]
+    res = check(mldist(args, env=hosts_env, timeout=240))
+    assert "restarting the group (1 of 1) after: rank 1 exited with code 3 on hx2" in res.stderr, tail(res)
+    assert "[0] done 1 0" in res.stdout and "[1] done 1 1" in res.stdout, tail(res)

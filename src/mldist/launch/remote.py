@@ -177,6 +177,9 @@ class RemoteGroup(Group):
                 self._log(line)
 
     def _log(self, line: bytes) -> None:
+        """Note the first failure a shim names; put the line in its rank's log (with a run directory)."""
+        if self.first is None and (failed := _FAILED.match(line.decode(errors="replace"))):
+            self.first, self.first_code = failed.group(1), int(failed.group(2))
         match = _RANK_LINE.fullmatch(line)
         if match is None or not self.cfg.run_dir:
             return
@@ -186,8 +189,6 @@ class RemoteGroup(Group):
             self.logs.append(self.tees[rank])
         with contextlib.suppress(ValueError):
             self.tees[rank].write(match.group(2))
-        if self.first is None and (failed := _FAILED.match(line.decode(errors="replace"))):
-            self.first, self.first_code = failed.group(1), int(failed.group(2))
 
     def drain(self) -> None:
         """Wait (2 s at most) for mpiexec's last lines once it has ended: they name the first failure."""
