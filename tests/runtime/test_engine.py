@@ -28,6 +28,8 @@ def test_collectives_on_two_workers(engine: str) -> None:
         assert row["bcast"] == [[8.0], [True]]  # rank 1's values reach rank 0
         assert row["gather"] == [[0, 0], [1, 1], [1, 1]]  # 1 row from rank 0, 2 from rank 1
         assert row["kept"] == [2.0 * i + 1 for i in range(6)]  # i + 0 and i + 1, none overwritten
+        r = row["rank"]
+        assert row["untouched"] == [r + 1.0, r + 1.0, 2 * r + 2.0, 6.0]  # inputs keep their values
         for dtype, got in row["dtypes"].items():
             want = [[3.0] * 3, [6.0] * 2] + ([] if dtype == "complex64" else [[1.0, 7.0]])
             assert got == want, dtype  # sum of 1 and 2; rank 1's 6 everywhere; max of (0, 7) and (1, 6)
@@ -42,6 +44,7 @@ def test_one_worker_collectives_are_identities() -> None:
     (row,) = results(res.stdout)
     assert (row["sum_a"], row["mean"], row["gather"]) == ([1.0, 1.0, 1.0], [0.0], [[0, 0]])
     assert row["kept"] == [float(i) for i in range(6)]
+    assert row["untouched"] == [1.0, 1.0, 2.0, 2.0]
     assert row["dtypes"]["bfloat16"] == [[1.0] * 3, [5.0] * 2, [0.0, 7.0]]
     assert (row["collectives_one_bucket"], row["collectives_small_buckets"]) == (0, 0)
     assert (row["steps"], row["file_steps"]) == (5, 5)

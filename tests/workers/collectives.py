@@ -47,6 +47,12 @@ kept_fn = tf.function(lambda v: mldist.allreduce([v], op="sum"))
 kept = [kept_fn(tf.fill([300_000], float(i + r)))[0] for i in range(6)]
 out["kept"] = [float(k[0]) for k in kept]
 
+# The MPI engine reduces in place: the caller's tensors and variables must keep their values.
+x, var = tf.fill([4], float(r + 1)), tf.Variable(tf.fill([4], float(r + 1)))
+mldist.allreduce(x, op="sum"), mldist.allreduce(var, op="max"), mldist.allreduce([x, var], op="mean")
+pair = tf.function(lambda v: (v * 2, mldist.allreduce(v * 2, op="sum")))(x)
+out["untouched"] = [float(x[0]), float(var[0]), float(pair[0][0]), float(pair[1][0])]
+
 
 def collectives_in(op: tf.Operation) -> int:
     """TensorFlow's engine: one CollectiveReduce op per bucket; MPI: one MPI_Allreduce per output."""

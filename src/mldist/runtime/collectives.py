@@ -122,14 +122,30 @@ def _unfuse(flat: list[Any], buckets: list[Bucket], buffers: list[Any]) -> list[
     return out
 
 
+def owned(buffers: list[Any], fresh: list[bool]) -> list[Any]:
+    """``buffers`` that no other op reads: copies of those not ``fresh`` (made by this call's own ops).
+
+    An in-place engine writes its result into its input; a buffer that is also the caller's
+    tensor (a one-tensor bucket with nothing applied) must not be that input.
+    """
+    tf = _tf()
+    return [b if new else tf.raw_ops.DeepCopy(x=b) for b, new in zip(buffers, fresh, strict=True)]
+
+
 def _fused_reduce(flat: list[Any], op: str, bucket_bytes: int, compression: str | None, prescale: float) -> list[Any]:
     tf = _tf()
     buckets, buffers = _fuse(flat, bucket_bytes)
+    fresh = [len(b.indices) > 1 for b in buckets]  # concatenated: a new tensor only this call holds
     if prescale != 1.0:  # dividing before the sum keeps fp16 buffers from overflowing
         buffers = [b * tf.cast(prescale, b.dtype) for b in buffers]
+        fresh = [True] * len(buffers)
     if compression == "fp16":
+        fresh = [new or b.dtype in (tf.float32, tf.float64) for b, new in zip(buffers, fresh, strict=True)]
         buffers = [tf.cast(b, tf.float16) if b.dtype in (tf.float32, tf.float64) else b for b in buffers]
-    return _unfuse(flat, buckets, engine().allreduce(buffers, op))
+    eng = engine()
+    if eng.in_place:
+        buffers = owned(buffers, fresh)
+    return _unfuse(flat, buckets, eng.allreduce(buffers, op))
 
 
 def _as_tensors(tensors: Any) -> tuple[Any, list[Any]]:

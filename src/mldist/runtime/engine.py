@@ -46,13 +46,16 @@ class Engine(Protocol):
     """What every collective engine provides; buffers are 1-D tensors fused by :mod:`collectives`."""
 
     name: str
+    #: True when ``allreduce`` may write its result into its input buffers (callers then
+    #: pass buffers nothing else reads: see :func:`mldist.runtime.collectives.owned`).
+    in_place: bool
 
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """Join the other workers; the tf.distribute strategy (or None) and the workers' addresses."""
         ...
 
     def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
-        """Element-wise "sum", "max", "min" or "prod" of each buffer over the ranks."""
+        """Element-wise "sum", "max", "min" or "prod" of each buffer over the ranks (in place if ``in_place``)."""
         ...
 
     def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:

@@ -232,6 +232,7 @@ def _allgather(value: Any, size: int) -> Any:
 class TfEngine:
     """TensorFlow's engines behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
 
+    in_place = False  # TensorFlow's collectives return new tensors
     # The collectives are this module's functions.
     allreduce = staticmethod(allreduce)
     broadcast = staticmethod(broadcast)
