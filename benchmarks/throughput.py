@@ -1,21 +1,25 @@
-"""Weak scaling of mldist's CPU engines, side by side in one run, and an all-reduce table.
+"""Weak scaling of mldist's CPU engines beside a bare prototype, side by side in one run.
 
-    python benchmarks/throughput.py [--rounds 3] [--models cnn,mobilenetv2] [--no-table]
+    python benchmarks/throughput.py [--rounds 3] [--models cnn,mobilenetv2] [--no-table] [--no-breakdown]
 
 Per model (the README's example CNN at batch 64 on 28x28x1; MobileNetV2 with weights=None
-at batch 32 on 64x64x3), 1 thread per worker, interleaved rounds (A B C D A B C D ...) so
-drift hits every configuration alike, medians reported:
+at batch 32 on 64x64x3), 1 thread per worker, Keras ``fit``, interleaved rounds
+(A B C D E A B C D E ...) so drift hits every configuration alike, medians reported:
 
-  alone    one mldist worker, pinned to one core: the reference
-  apart    two plain Keras processes at once, one per core, no communication (the ceiling)
-  ring     `mldist run -n 2 --communication ring`: TensorFlow's gRPC collectives
-  mpi      `mldist run -n 2 --communication mpi`: the MPI engine
+  alone      one mldist worker, pinned to one core: the reference
+  apart      two plain Keras processes at once, one per core, no communication (the ceiling)
+  prototype  2 ranks under mpiexec: plain Keras, an SGD whose ``apply`` all-reduces the
+             concatenated gradient with one ``comm.Allreduce`` in a ``tf.numpy_function``;
+             no callbacks, no checks (bench_worker.py's ``Proto``: the benchmark's own code)
+  mpi        `mldist run -n 2 --communication mpi`: DistributedOptimizer + default_callbacks()
+  ring       the same on TensorFlow's gRPC collectives
 
-Efficiency = per-worker images/s over alone. Goals (MPI engine issue): mpi >= 0.85 on the
-CNN and >= 0.82 on MobileNetV2, and mpi >= 1.3x ring on the CNN. The CNN also runs plain
-Keras and 1 mldist worker with all cores (goal: mldist >= 0.97 of plain). The table times
-mldist.allreduce on 2 workers from 4 B to 64 MB on both engines and raw mpi4py Allreduce
-on numpy arrays (goal: the MPI engine within 20% of raw from 1 MB up).
+Efficiency = per-worker images/s over alone. Goals: mldist MPI / prototype >= 0.95 on both
+models (engine overhead issue); MPI >= 1.3x RING on the CNN. Then, per model and engine,
+where a step's time goes, from one run with ``--profile-steps`` (mldist.tools.steptime) and
+the callbacks' own timers. The CNN also runs plain Keras and 1 mldist worker with all cores
+(goal: mldist >= 0.97 of plain). The table times mldist.allreduce on 2 workers from 4 B to
+64 MB on both engines and raw mpi4py Allreduce on numpy arrays.
 """
 
 from __future__ import annotations
@@ -26,14 +30,20 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 WORKER = [PY, str(HERE / "bench_worker.py")]
 STEPS = {"cnn": ["--steps", "200", "--warmup", "20"], "mobilenetv2": ["--steps", "30", "--warmup", "5"]}
+#: Short profiled runs for the breakdown: (worker step arguments, --profile-steps).
+PROFILED = {
+    "cnn": (["--steps", "60", "--warmup", "20"], "40:59"),
+    "mobilenetv2": (["--steps", "12", "--warmup", "4"], "8:13"),
+}
 ONE = {"MLDIST_CPUS_PER_TASK": "1", "OMP_NUM_THREADS": "1"}
-GOALS = {"cnn": 0.85, "mobilenetv2": 0.82}
+GOAL_OVER_PROTOTYPE = 0.95
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -57,18 +67,20 @@ def run(cmds: list[list[str]], extra: dict[str, str]) -> list[dict[str, object]]
     return [row for out, _ in outs for row in _rows(out)]
 
 
+def two(engine: str, *launcher: str) -> list[str]:
+    """``mldist run`` of 2 workers on ``engine``, one core each, up to the worker's own arguments."""
+    return [PY, "-m", "mldist", "run", "-n", "2", "--communication", engine, "--cpu-bind", "cores", *launcher, "--"]
+
+
 def configs(model: str, cores: int) -> dict[str, tuple[list[list[str]], dict[str, str]]]:
     """Name -> (commands run at once, environment) for one model."""
     args = ["--model", model, *STEPS[model], "--threads", "1"]
-
-    def two(engine: str) -> list[str]:
-        return [PY, "-m", "mldist", "run", "-n", "2", "--communication", engine, "--cpu-bind", "cores", "--", *WORKER]
-
     out = {
         "alone": ([[*WORKER, "mldist", *args, "--one-core"]], ONE),
         "apart": ([[*WORKER, "plain", *args, "--one-core", "--core", str(c)] for c in (0, 1)], ONE),
-        "ring": ([[*two("ring"), "mldist", *args]], ONE),
-        "mpi": ([[*two("mpi"), "mldist", *args]], ONE),
+        "prototype": ([[*two("mpi"), *WORKER, "proto", *args]], ONE),
+        "mpi": ([[*two("mpi"), *WORKER, "mldist", *args]], ONE),
+        "ring": ([[*two("ring"), *WORKER, "mldist", *args]], ONE),
     }
     if model == "cnn":  # mldist's own cost with one worker, all cores
         full = ["--model", model, *STEPS[model], "--threads", str(cores)]
@@ -77,35 +89,73 @@ def configs(model: str, cores: int) -> dict[str, tuple[list[list[str]], dict[str
     return out
 
 
-def weak_scaling(models: list[str], rounds: int) -> dict[str, dict[str, float]]:
-    """Median per-worker images/s per model and configuration, interleaved rounds."""
+Samples = dict[str, dict[str, list[dict[str, object]]]]
+
+
+def weak_scaling(models: list[str], rounds: int) -> Samples:
+    """Every configuration's RESULT rows per model, round after round (interleaved)."""
     cores = len(os.sched_getaffinity(0))
     table = {m: configs(m, cores) for m in models}
-    samples: dict[str, dict[str, list[float]]] = {m: {name: [] for name in table[m]} for m in models}
+    samples: Samples = {m: {name: [] for name in table[m]} for m in models}
     for r in range(rounds):
         for model in models:
             for name, (cmds, extra) in table[model].items():
-                ips = [float(row["images_per_second"]) for row in run(cmds, extra)]  # type: ignore[arg-type]
-                samples[model][name].append(sum(ips) / len(ips))
-                print(f"round {r + 1} {model:12s} {name:28s} {samples[model][name][-1]:9.1f} img/s per worker")
-    return {m: {name: statistics.median(v) for name, v in s.items()} for m, s in samples.items()}
+                rows = run(cmds, extra)
+                ips = sum(float(row["images_per_second"]) for row in rows) / len(rows)  # type: ignore[arg-type]
+                cb = [float(row.get("callback_ms_per_step", 0.0)) for row in rows]  # type: ignore[arg-type]
+                samples[model][name].append({"ips": ips, "callback_ms": sum(cb) / len(cb)})
+                print(f"round {r + 1} {model:12s} {name:28s} {ips:9.1f} img/s per worker")
+    return samples
+
+
+def medians(samples: Samples, key: str) -> dict[str, dict[str, float]]:
+    return {m: {n: statistics.median(float(x[key]) for x in v) for n, v in s.items()} for m, s in samples.items()}  # type: ignore[arg-type]
 
 
 def report_scaling(med: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Print the side-by-side table and the goals; the ratios per model."""
+    names = ("alone", "apart", "prototype", "mpi", "ring")
+    print("\nper-worker images/s, 2 workers x 1 thread (medians; in brackets: over one worker alone)")
+    print(f"{'model':12s} | " + " | ".join(f"{n:>16s}" for n in names) + " | MPI/prototype | MPI/RING")
     out: dict[str, dict[str, float]] = {}
     for model, m in med.items():
-        eff = {name: m[name] / m["alone"] for name in ("apart", "ring", "mpi")}
-        out[model] = eff | {"mpi_over_ring": m["mpi"] / m["ring"]}
-        goal = GOALS[model]
-        print(f"\n{model}: per-worker images/s over one worker alone (medians; alone {m['alone']:.1f} img/s)")
-        print(f"  cores alone (2 apart) {eff['apart']:.3f}   RING {eff['ring']:.3f}   MPI {eff['mpi']:.3f}")
-        verdict = "met" if eff["mpi"] >= goal else "MISSED"
-        print(f"  MPI engine goal >= {goal}: {verdict};  MPI / RING throughput {m['mpi'] / m['ring']:.2f}x", end="")
-        print(f" (goal >= 1.3x: {'met' if m['mpi'] / m['ring'] >= 1.3 else 'MISSED'})" if model == "cnn" else "")
-        if "plain, all cores" in m:
-            ratio = m["mldist 1 worker, all cores"] / m["plain, all cores"]
-            out[model]["one_worker_over_plain"] = ratio
-            print(f"  1 mldist worker / plain Keras, all cores: {ratio:.3f} (goal >= 0.97)")
+        eff = {n: m[n] / m["alone"] for n in names}
+        cells = " | ".join(f"{m[n]:9.0f} ({eff[n]:.2f})" for n in names)
+        proto, ring = m["mpi"] / m["prototype"], m["mpi"] / m["ring"]
+        print(f"{model:12s} | {cells} | {proto:13.3f} | {ring:7.2f}x")
+        out[model] = eff | {"mpi_over_prototype": proto, "mpi_over_ring": ring}
+    for model, o in out.items():
+        verdict = "met" if o["mpi_over_prototype"] >= GOAL_OVER_PROTOTYPE else "MISSED"
+        ratio = o["mpi_over_prototype"]
+        print(f"{model}: mldist MPI / prototype {ratio:.3f} (goal >= {GOAL_OVER_PROTOTYPE}: {verdict})")
+        if model == "cnn":
+            ring = o["mpi_over_ring"]
+            print(f"cnn: MPI / RING {ring:.2f}x (goal >= 1.3x: {'met' if ring >= 1.3 else 'MISSED'})")
+            m = med[model]
+            if "plain, all cores" in m:
+                o["one_worker_over_plain"] = m["mldist 1 worker, all cores"] / m["plain, all cores"]
+                print(f"cnn: 1 mldist worker / plain Keras, all cores: {o['one_worker_over_plain']:.3f} (goal >= 0.97)")
+    return out
+
+
+def step_breakdown(models: list[str], callbacks: dict[str, dict[str, float]]) -> dict[str, dict[str, object]]:
+    """Per model and engine: one profiled run's mean breakdown (mldist.tools.steptime), printed."""
+    from mldist.tools.steptime import breakdown, format_breakdown, load
+
+    out: dict[str, dict[str, object]] = {}
+    for model in models:
+        steps, window = PROFILED[model]
+        for engine in ("mpi", "ring"):
+            with tempfile.TemporaryDirectory(prefix="mldist-breakdown-") as tmp:
+                launcher = ("--profile-steps", window, "--run-dir", tmp)
+                worker = [*WORKER, "mldist", "--model", model, *steps, "--threads", "1"]
+                run([[*two(engine, *launcher), *worker]], ONE)
+                mean = breakdown(load(Path(tmp) / "trace" / "merged.trace.json.gz"))["mean"]
+            cb = callbacks[model][engine]
+            title = f"\n{model}, mldist {engine.upper()}: where a step's time goes (profiled)"
+            print(format_breakdown(mean, title))
+            print(f"  of which mldist's callbacks (timers, unprofiled runs): {cb:.3f} ms per step")
+            out[f"{model}/{engine}"] = mean | {"callbacks_ms": cb}
     return out
 
 
@@ -133,9 +183,14 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--models", default="cnn,mobilenetv2")
     p.add_argument("--no-table", action="store_true", help="skip the all-reduce table")
+    p.add_argument("--no-breakdown", action="store_true", help="skip the profiled step-time breakdown")
     args = p.parse_args()
-    med = weak_scaling(args.models.split(","), args.rounds)
+    models = args.models.split(",")
+    samples = weak_scaling(models, args.rounds)
+    med = medians(samples, "ips")
     summary: dict[str, object] = {"medians_img_per_s_per_worker": med, "efficiency": report_scaling(med)}
+    if not args.no_breakdown:
+        summary["breakdown_ms_per_step"] = step_breakdown(models, medians(samples, "callback_ms"))
     if not args.no_table:
         summary["allreduce"] = allreduce_table()
     print(json.dumps(summary))
