@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
@@ -10,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from helpers import check, mldist, tail
+from helpers import check, clean_env, mldist, tail
 from mldist.errors import ConfigError, LaunchError
-from mldist.tools import bench
+from mldist.tools import bench, bench_output
 from mldist.tools.bench import BenchConfig, add_efficiency, make_row
+from mldist.tools.steptime import PARTS
 
 ROW_KEYS = {"workers", "engine", "model", "batch", "img_per_sec", "img_per_sec_per_worker", "ci95", "efficiency"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -168,7 +170,7 @@ def test_failed_workers_show_their_last_lines_and_raise(
 
 def test_json_and_png_are_written_side_by_side(tmp_path: Path) -> None:
     rows = add_efficiency([_fake(1, "auto", None), _fake(2, "mpi", None)])
-    bench.write_json(str(tmp_path / "out" / "bench.json"), rows)
+    bench_output.write_json(str(tmp_path / "out" / "bench.json"), rows)
     assert json.loads((tmp_path / "out" / "bench.json").read_text()) == {"rows": rows}
     assert (tmp_path / "out" / "bench.png").read_bytes().startswith(PNG_MAGIC)
 
@@ -177,7 +179,7 @@ def test_without_matplotlib_the_json_is_still_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    bench.write_json(str(tmp_path / "b.json"), [_fake(1, "auto", None)])
+    bench_output.write_json(str(tmp_path / "b.json"), [_fake(1, "auto", None)])
     assert json.loads((tmp_path / "b.json").read_text())["rows"][0]["workers"] == 1
     assert not (tmp_path / "b.png").exists()
     assert capsys.readouterr().err.count("\n") == 1
@@ -194,6 +196,8 @@ def test_without_matplotlib_the_json_is_still_written(
         (["--tune-threads", "--scaling", "1,2"], "--tune-threads runs 1 worker"),
         (["--model", "xception", "--image-size", "32"], "xception needs at least 71"),
         (["--iters", "0"], "argument --iters"),
+        (["--profile-steps", "9:3"], "FIRST <= LAST"),
+        (["--profile-steps", "3"], "write FIRST:LAST"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -229,3 +233,20 @@ def test_scaling_run_prints_both_rows_and_writes_json_and_png(tmp_path: Path) ->
         assert row["img_per_sec"] > 0 and row["efficiency"] > 0 and row["model"] == "cnn"
     png = out.with_suffix(".png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 1024
+
+
+@pytest.mark.slow
+def test_profile_steps_leave_the_merged_trace_and_the_breakdown(tmp_path: Path) -> None:
+    args = ["bench", "-n", "2", "--engine", "mpi", "--iters", "1", "--batches-per-iter", "4", "--warmup", "2"]
+    env = clean_env(MLDIST_RUNS_DIR=str(tmp_path / "runs"))
+    res = check(mldist([*args, "--profile-steps", "3:5"], timeout=240, env=env))
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("bench-") and f"run directory {run_dir}" in res.stdout, tail(res)
+    trace = run_dir / "n2-mpi" / "trace" / "merged.trace.json.gz"
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 1}
+    assert any("mpi_allreduce" in e["name"] for e in events if e.get("ph") == "X")
+    assert "where a step's time goes" in res.stdout and "(3 steps, ms per step)" in res.stdout, tail(res)
+    assert all(f"  {part} " in res.stdout for part in PARTS), tail(res)
+    parts = json.loads((run_dir / "bench.json").read_text())["rows"][0]["breakdown_ms"]
+    assert parts["steps"] == 3 and parts["step_ms"] > 0 and parts["compute_ms"] > 0 and parts["collective_ms"] > 0

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..files import make_dirs
-from .common import Handler, add_command, count
+from .common import Handler, add_command, count, step_range
 
 BENCH_EXAMPLE = """\
 example:
@@ -24,6 +24,7 @@ example:
   mldist bench --model resnet50 --batch-size 16 --image-size 64
   mldist bench --tune-threads                    # best intra-op/inter-op threads for 1 worker
   srun -n 4 mldist bench --model mobilenetv2     # inside a job: runs as the job's ranks
+  mldist bench -n 2 --profile-steps 20:29        # timeline of steps 20..29 and where their time goes
 
 Prints img/sec per worker (mean ± 1.96 sd over the timed iterations) and in total.
 Models: cnn (mldist's example CNN), or keras.applications with weights=None: resnet50,
@@ -58,6 +59,13 @@ def register(sub: Any) -> dict[str, Handler]:
         metavar="DIR",
         help="keep each run's directory (config, rank logs, summary) in DIR/n2-mpi/...; "
         "results in DIR/bench.json unless --json",
+    )
+    p.add_argument(
+        "--profile-steps",
+        type=step_range,
+        metavar="A:B",
+        help="record steps A..B (from 0, warm-up included) on every rank: the merged trace in the run "
+        "directory's trace/ (default runs/bench-<time>), and where each step's time goes",
     )
     return {"bench": _cmd_bench}
 
@@ -97,12 +105,14 @@ def _plan(args: argparse.Namespace, in_job: bool) -> tuple[tuple[int, ...], tupl
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from ..placement import detect
-    from ..tools import bench
+    from ..tools import bench, bench_output
 
     bench.check_model(args.model, args.image_size)
     in_job = detect(os.environ).size > 1
     counts, engines = _plan(args, in_job)
-    run_dir = _run_dir(args.run_dir)
+    if args.profile_steps:
+        os.environ["MLDIST_PROFILE_STEPS"] = args.profile_steps  # the ranks of a job, or the workers' launcher
+    run_dir = _run_dir(args.run_dir, args.profile_steps is not None and not in_job)
     json_path = args.json or (str(run_dir / "bench.json") if run_dir else None)
     _check_json(json_path)
     cfg = bench.BenchConfig(
@@ -114,8 +124,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         row = job_row(cfg, engines[0])
         if row is not None:
             print(bench.format_row(row), flush=True)
+            if args.profile_steps:
+                from ..profiling import trace_dir
+                from ..tools.steptime import with_breakdown
+
+                row = with_breakdown(row, trace_dir(os.environ) / "merged.trace.json.gz")
             if json_path:
-                bench.write_json(json_path, [row])
+                bench_output.write_json(json_path, [row])
         return 0
 
     def runner(n: int, engine: str, threads: tuple[int, int] | None) -> dict[str, Any]:
@@ -129,14 +144,18 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     else:
         rows, extra = bench.sweep(counts, engines, runner), {}
     if json_path:
-        bench.write_json(json_path, rows, extra)
+        bench_output.write_json(json_path, rows, extra)
     return 0
 
 
-def _run_dir(path: str | None) -> Path | None:
-    """``--run-dir``: created (owner-only) before anything runs; each run gets a directory in it."""
-    if path is None:
-        return None
-    from ..launch.rundir import prepare_run_dir
+def _run_dir(path: str | None, needed: bool) -> Path | None:
+    """``--run-dir``, else ``runs/bench-<time>`` when ``needed`` (a trace must go somewhere), else None.
 
-    return prepare_run_dir(path)
+    Created (owner-only) before anything runs; each run gets a directory in it.
+    """
+    from ..launch.rundir import default_run_dir, prepare_run_dir
+
+    if path is None and needed:
+        path = str(default_run_dir(["bench"]))
+        print(f"mldist bench: run directory {path}", flush=True)
+    return None if path is None else prepare_run_dir(path)

@@ -56,6 +56,22 @@ def count(minimum: int, maximum: int = MAX_COUNT) -> Callable[[str], int]:
     return parse
 
 
+def step_range(text: str) -> str:
+    """A parser for ``--profile-steps``: ``A:B`` with A <= B (train steps counted from 0).
+
+    Example:
+        >>> step_range("10:12")
+        '10:12'
+    """
+    from ..profiling import parse_steps
+
+    try:
+        parse_steps(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def seconds(text: str) -> float:
     """A parser for durations in seconds: a finite number from 0 to a week.
 

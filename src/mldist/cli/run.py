@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 from ..errors import ConfigError
-from .common import Handler, add_command, command_after_dashes, count, seconds
+from .common import Handler, add_command, command_after_dashes, count, seconds, step_range
 
 RUN_EXAMPLE = """\
 example:
@@ -72,7 +72,7 @@ def _add_output_flags(run: Any) -> None:
     run.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's start-up notices of every rank")
     run.add_argument(
         "--profile-steps",
-        type=_step_range,
+        type=step_range,
         default=os.environ.get("MLDIST_PROFILE_STEPS") or None,
         metavar="A:B",
         help="record a timeline of train steps A..B on every rank: trace/rank-R and trace/merged.trace.json.gz",
@@ -139,17 +139,6 @@ def register(sub: Any) -> dict[str, Handler]:
 
 
 _HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
-
-
-_STEP_RANGE = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
-
-
-def _step_range(text: str) -> str:
-    """``A:B`` with A <= B (train steps counted from 0)."""
-    match = _STEP_RANGE.fullmatch(text)
-    if not match or int(match.group(1)) > int(match.group(2)):
-        raise argparse.ArgumentTypeError(f"{text!r}: write FIRST:LAST with FIRST <= LAST, e.g. 10:12")
-    return text
 
 
 def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:

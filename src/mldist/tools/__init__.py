@@ -1,1 +1,1 @@
-"""Tools on top of the runtime: the ``mldist env`` report (report)."""
+"""Tools on top of the runtime: report (``mldist env``), doctor, checks, tensorboard, bench, steptime."""

@@ -4,7 +4,7 @@ A model (the package's small example CNN, or a ``keras.applications`` model with
 ``weights=None``) trains on random data; each rank times ``iters`` iterations of
 ``batches_per_iter`` steps after ``warmup`` steps and prints ``BENCH {json}``
 (:mod:`mldist.tools.bench_worker`). This module holds the pure parts (flag parsing,
-statistics, rows, efficiency, the report) and the orchestration: N local workers
+statistics, rows, efficiency, the report; its files: :mod:`bench_output`) and the orchestration: N local workers
 through ``mldist run``'s launcher, a scaling sweep, a thread sweep, or the ranks of
 a job this process is one of.
 
@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import statistics
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, LaunchError
-from ..files import atomic_write
+from .bench_output import say as _say
+from .steptime import with_breakdown
 
 #: Model name -> (``keras.applications`` class, smallest image side it accepts); "cnn" is mldist's own.
 MODELS: dict[str, tuple[str, int]] = {
@@ -243,75 +243,6 @@ def thread_settings(cores: int) -> list[tuple[int, int]]:
     return [(a, b) for a in intra for b in (1, 2)]
 
 
-def png_path(json_path: str | os.PathLike[str]) -> Path:
-    """Where the scaling plot goes: beside the JSON, ``.png`` for its suffix.
-
-    Example:
-        >>> str(png_path("out/bench.json")), str(png_path("bench"))
-        ('out/bench.png', 'bench.png')
-    """
-    path = Path(json_path)
-    return path.with_suffix(".png") if path.suffix else path.with_name(path.name + ".png")
-
-
-def _say(message: str) -> None:
-    print(f"mldist bench: {message}", file=sys.stderr, flush=True)
-
-
-def write_json(path: str, rows: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> None:
-    """Write ``{"rows": [...]}`` atomically and the scaling plot beside it (one line if matplotlib is missing).
-
-    Args:
-        path: the JSON file.
-        rows: the report's rows.
-        extra: more top-level keys (``best`` of a thread sweep).
-
-    Example::
-
-        write_json("bench.json", rows)   # also bench.png
-    """
-    outputs: list[tuple[Path, str | bytes]] = [(Path(path), json.dumps({"rows": rows, **(extra or {})}, indent=2))]
-    if not (extra and "best" in extra):  # a thread sweep has no scaling curve
-        try:
-            outputs.append((png_path(path), plot_scaling(rows)))
-        except ImportError:
-            _say(f"matplotlib is not installed, so no scaling plot; {path} is written (pip install matplotlib)")
-    for target, data in outputs:
-        try:
-            atomic_write(target, data)
-        except OSError as exc:
-            raise ConfigError(f"{target} cannot be written ({exc.strerror})") from None
-
-
-def plot_scaling(rows: list[dict[str, Any]]) -> bytes:
-    """The scaling curve as PNG bytes: total img/s by workers per engine, and the ideal line from 1 worker."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 4), dpi=100)
-    ax = fig.add_subplot()
-    base = [r for r in rows if r["workers"] == 1]
-    for engine in sorted({r["engine"] for r in rows if r["workers"] > 1} or {r["engine"] for r in rows}):
-        line = sorted((r for r in rows if r["engine"] == engine or r["workers"] == 1), key=lambda r: r["workers"])
-        xs, ys = [r["workers"] for r in line], [r["img_per_sec"] for r in line]
-        ax.errorbar(xs, ys, yerr=[r["ci95"] * r["workers"] for r in line], marker="o", capsize=3, label=engine)
-    if base:
-        counts = sorted({r["workers"] for r in rows})
-        ideal = base[0]["img_per_sec_per_worker"]
-        ax.plot(counts, [ideal * n for n in counts], linestyle=":", color="grey", label="ideal")
-    ax.set_xticks(sorted({r["workers"] for r in rows}))
-    ax.set_xlabel("workers")
-    ax.set_ylabel("images / second (total)")
-    ax.set_title(f"mldist bench: {rows[0]['model']}, batch {rows[0]['batch']} per worker")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
 def run_workers(
     cfg: BenchConfig, workers: int, engine: str, threads: tuple[int, int] | None = None, run_dir: Path | None = None
 ) -> Row:
@@ -323,7 +254,8 @@ def run_workers(
         engine: "auto", "mpi" or "ring".
         threads: (intra-op, inter-op) for every worker, or None for mldist's plan.
         run_dir: where each run gets its run directory (``n2-mpi``: config.json, rank logs,
-            summary.json), or None for temporary logs only.
+            summary.json), or None for temporary logs only. With ``MLDIST_PROFILE_STEPS`` set
+            the run's ``trace/`` stays there and the row gets the step-time breakdown.
 
     Example::
 
@@ -347,7 +279,10 @@ def run_workers(
             raise LaunchError(f"{workers} worker(s) on {engine} failed (exit code {code}); their last lines are above")
     results.sort(key=lambda r: int(r["rank"]))
     row = make_row(workers, str(results[0]["engine"]), cfg.model, cfg.batch_size, [r["rates"] for r in results])
-    return row | ({"intra_op": threads[0], "inter_op": threads[1]} if threads else {})
+    row |= {"intra_op": threads[0], "inter_op": threads[1]} if threads else {}
+    if os.environ.get("MLDIST_PROFILE_STEPS") and run_dir is not None:
+        row = with_breakdown(row, run_dir / step / "trace" / "merged.trace.json.gz")
+    return row
 
 
 #: What runs one step of a sweep: (workers, engine, threads) -> row.

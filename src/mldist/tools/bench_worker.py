@@ -87,6 +87,28 @@ def _step_function(tf: Any, model: Any, opt: Any, data: Any, target: Any) -> Any
     return step
 
 
+def _profiled(step: Any) -> Any:
+    """``step`` recorded by :class:`mldist.profiling.StepProfiler` when ``MLDIST_PROFILE_STEPS`` is set.
+
+    Steps count every call from 0: the first (building) step and the warm-up included.
+    """
+    from ..profiling import StepProfiler
+
+    profiler = StepProfiler.from_env()
+    if profiler is None:
+        return step
+    calls = [0]
+
+    def run() -> Any:
+        profiler.begin(calls[0])
+        loss = step()
+        profiler.end(calls[0])
+        calls[0] += 1
+        return loss
+
+    return run
+
+
 def _broadcast_from_root(variables: Sequence[Any]) -> None:
     """Give every rank rank 0's values (as Horovod's benchmark does after the first step)."""
     values = runtime.broadcast([v.value for v in variables], root=0)
@@ -120,7 +142,7 @@ def measure(cfg: BenchConfig, engine: str | None = None, threads: tuple[int, int
     rng = np.random.default_rng(ctx.rank)
     data = tf.constant(rng.random((cfg.batch_size, *shape), dtype=np.float32))
     target = tf.constant(rng.integers(0, classes, cfg.batch_size), dtype=tf.int64)
-    step = _step_function(tf, model, opt, data, target)
+    step = _profiled(_step_function(tf, model, opt, data, target))
     step()
     _broadcast_from_root([*model.variables, *opt.variables])
     for _ in range(cfg.warmup):

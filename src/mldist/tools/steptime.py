@@ -45,7 +45,7 @@ PARTS = {
 }
 _STEP_FUNCTION = re.compile(r"EagerLocalExecute: __inference_(.+)_[0-9]+")
 #: Ops that build and unbuild the fused buffers: at the top level of the step function.
-_FUSE = re.compile(r"StatefulPartitionedCall/[^/]+:(ConcatV2|SplitV|Split|DeepCopy|Mul|Cast)")
+_FUSE = re.compile(r"(?:StatefulPartitionedCall/)?[^/]+:(ConcatV2|SplitV|Split|DeepCopy|Mul|Cast)")
 _COLLECTIVE = re.compile(r"allreduce|allgather|broadcast|CollectiveReduce|CollectiveGather|CollectiveBcast", re.I)
 
 Event = Mapping[str, Any]
@@ -158,3 +158,18 @@ def format_breakdown(b: Mapping[str, float], title: str = "where a step's time g
         value = b[f"{part}_ms"]
         lines.append(f"  {part:12s} {value:6.3f} ms  {100 * value / step:3.0f}%  {what}")
     return "\n".join(lines)
+
+
+def with_breakdown(row: dict[str, Any], trace: Path) -> dict[str, Any]:
+    """A benchmark ``row`` with where its steps' time went, from ``trace`` (printed too).
+
+    Example::
+
+        row = with_breakdown(row, Path("runs/bench-x/n2-mpi/trace/merged.trace.json.gz"))
+    """
+    if not trace.is_file():
+        print(f"mldist: no merged trace at {trace}: did the profiled steps run (warm-up + iterations)?", flush=True)
+        return row
+    mean = breakdown(load(trace))["mean"]
+    print(format_breakdown(mean, f"where a step's time goes (trace: {trace})"), flush=True)
+    return row | {"trace": str(trace), "breakdown_ms": mean}
