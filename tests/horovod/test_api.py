@@ -80,7 +80,6 @@ def test_refused_features_say_what_to_use_instead() -> None:
         "process_set": "global process set",
         "add_process_set": "own job",
         "elastic": "--max-restarts",
-        "sync_bn": "BatchNormalization",
         "timeline": "tf.profiler",
         "partial_tape": "grouped_allreduce",
         "v1_optimizer": "Keras optimizer",

@@ -47,7 +47,6 @@ def refusals() -> None:
         "process_set": lambda: hvd.allreduce(tf.ones([2]), process_set=object()),
         "add_process_set": lambda: hvd.add_process_set([0]),
         "elastic": lambda: hvd.elastic.run,
-        "sync_bn": lambda: hvd.SyncBatchNormalization(),
         "timeline": lambda: hvd.start_timeline("/tmp/t.json"),
         "partial_tape": lambda: hvd.PartialDistributedGradientTape(None),
         "v1_optimizer": lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)),

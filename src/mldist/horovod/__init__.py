@@ -4,7 +4,7 @@ Change one line of a Horovod script: ``import horovod.tensorflow as hvd``
 becomes ``import mldist.horovod as hvd`` (``horovod.tensorflow.keras`` becomes
 ``mldist.horovod.tensorflow.keras``, ``horovod.keras`` ``mldist.horovod.keras``),
 or run it unchanged with ``python -m mldist.horovod.alias train.py``. What
-mldist does not provide (process sets, elastic mode, Adasum, ...) raises
+mldist does not provide (process sets, elastic mode, ...) raises
 ``UnsupportedError`` naming what to use instead.
 
 Example::
@@ -144,11 +144,24 @@ REFUSED = {
     "ProcessSet": "process sets are not supported; run a subgroup of ranks as its own job",
     "add_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
     "remove_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
-    "SyncBatchNormalization": "use keras.layers.BatchNormalization (per-worker statistics) or GroupNormalization",
+    "data": "Horovod's tf.data compute service is not provided; shard input with mldist.data.shard",
     "BroadcastGlobalVariablesHook": "TensorFlow 1 session hooks are not supported; call hvd.broadcast_variables",
     "check_installed_version": "mldist is not Horovod; use mldist.__version__",
     "run": "horovod.run(fn, np=...) is not provided; start the script with mldist run -np N",
 }
+
+
+#: Names whose module imports Keras: loaded on first use (``mldist.horovod`` itself imports no Keras).
+LAZY = {"SyncBatchNormalization": "sync_batch_norm"}
+
+
+def attribute(name: str, module: str) -> Any:
+    """A module's ``__getattr__``: a :data:`LAZY` name, or the refusal of :func:`refused`."""
+    if name in LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{LAZY[name]}"), name)
+    raise refused(name, module)
 
 
 def refused(name: str, module: str) -> Exception:
@@ -159,8 +172,8 @@ def refused(name: str, module: str) -> Exception:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("tensorflow", "keras"):
+    if name in ("tensorflow", "keras", "common"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
-    raise refused(name, __name__)
+    return attribute(name, __name__)

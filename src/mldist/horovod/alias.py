@@ -40,13 +40,29 @@ class _HorovodAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         except ModuleNotFoundError as exc:
             if exc.name != target:
                 raise
-            raise UnsupportedError(
-                f"{spec.name}: mldist provides Horovod's TensorFlow and Keras API only "
-                "(horovod, horovod.tensorflow, horovod.keras, horovod.tensorflow.keras)"
-            ) from None
+            raise UnsupportedError(_missing(spec.name)) from None
 
     def exec_module(self, module: ModuleType) -> None:
         """Nothing to run: the mldist module is already imported."""
+
+
+#: Horovod's packages whose TensorFlow and Keras parts mldist provides.
+_PROVIDED = ("horovod.tensorflow", "horovod.keras", "horovod.common")
+
+
+def _missing(name: str) -> str:
+    """Why ``import name`` fails: a module mldist lacks in a provided package, or another framework.
+
+    Example:
+        >>> _missing("horovod.torch")[:44]
+        "horovod.torch: mldist provides Horovod's Ten"
+    """
+    if name.startswith(_PROVIDED):
+        return f"{name}: this module of Horovod's TensorFlow API is not provided by mldist (see docs/horovod.md)"
+    return (
+        f"{name}: mldist provides Horovod's TensorFlow and Keras API only "
+        "(horovod.tensorflow and its submodules, horovod.keras, horovod.tensorflow.keras, horovod.common)"
+    )
 
 
 def install() -> None:

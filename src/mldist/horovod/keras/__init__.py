@@ -150,6 +150,6 @@ def PartialDistributedOptimizer(*args: Any, **kwargs: Any) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    from .. import refused
+    from .. import attribute
 
-    raise refused(name, __name__)
+    return attribute(name, __name__)

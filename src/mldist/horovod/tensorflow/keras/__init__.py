@@ -18,6 +18,6 @@ __all__ = list(_all)
 
 
 def __getattr__(name: str) -> Any:
-    from ... import refused
+    from ... import attribute
 
-    raise refused(name, __name__)
+    return attribute(name, __name__)

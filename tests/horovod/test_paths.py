@@ -1,0 +1,23 @@
+"""Horovod's module paths (horovod.tensorflow.util, mpi_ops, compression, functions, sync_batch_norm,
+elastic, horovod.common) import through the alias, with the names scripts and Horovod's tests use."""
+
+from __future__ import annotations
+
+from helpers import WORKERS, check, run_py
+
+
+def test_horovod_module_paths_and_their_names() -> None:
+    res = check(run_py("-m", "mldist.horovod.alias", str(WORKERS / "hvd_paths.py"), timeout=120))
+    lines = [line for line in res.stdout.splitlines() if line.split(" ", 1)[0].isupper()]
+    assert lines == [
+        "EAGER True False",
+        "FP16 True",
+        "SUM [1.5] 0 (1, 2)",
+        "OBJECTS {'a': 1} ['x']",
+        "SYNCBN True",
+        "REFS True False",
+        "EXCEPTIONS True True",
+        "MISSING horovod.torch mldist provides Horovod's TensorFlow and",
+        "MISSING horovod.tensorflow.nosuch this module of Horovod's TensorFlow API ",
+        "ELASTIC hvd.elastic: elastic",
+    ], res.stdout
