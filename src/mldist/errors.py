@@ -46,5 +46,14 @@ class CheckpointError(MldistError):
     """A checkpoint is damaged, does not fit the model, or cannot be written."""
 
 
+class CollectiveMismatch(MldistError, ValueError):
+    """Ranks passed different shapes, dtypes or roots to one collective; raised on every rank alike.
+
+    Inside a graph TensorFlow reports it as an ``InvalidArgumentError`` holding this text;
+    eager calls of mldist's collectives raise it as a ``tf.errors.FailedPreconditionError``
+    (Horovod's type) that is also this class's sibling (:func:`mldist.runtime.failures.mismatch`).
+    """
+
+
 class UnsupportedError(MldistError, NotImplementedError):
     """A feature mldist deliberately does not provide; the message names what to use instead."""

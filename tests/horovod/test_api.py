@@ -72,6 +72,13 @@ def test_shapes_that_differ_across_ranks_stop_with_a_clear_error(engine: str) ->
     assert "Traceback" not in both
 
 
+def test_mismatches_raise_horovods_errors_on_every_rank_and_the_ranks_go_on() -> None:
+    res = check(mldist(["run", "-n", "2", "--communication", "mpi", "--", PY, str(WORKERS / "hvd_errors.py")], 120))
+    rows = results(res.stdout)
+    assert [row["caught"] for row in rows] == [["shape", "dtype", "root", "allgather", "grouped", "graph"]] * 2
+    assert [row["after"] for row in rows] == [[3.0], [3.0]]
+
+
 def test_refused_features_say_what_to_use_instead() -> None:
     res = check(run_py(API, "refusals", timeout=120))
     refused = dict(line.split(": ", 1) for line in res.stdout.splitlines() if line.startswith("REFUSED "))

@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from . import compat
 from . import worker as runtime
 from .engine import Engine, get
+from .failures import Deferred, mismatch
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
 DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
@@ -192,8 +193,15 @@ def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
     if key not in _FUNCTIONS:
         _quiet_own_tracing()
         _FUNCTIONS[key] = tf.function(fn)
-    with compat.no_tape_recording():
-        return _FUNCTIONS[key](*args)
+    Deferred.active += 1
+    try:
+        with compat.no_tape_recording():
+            out = _FUNCTIONS[key](*args)
+    finally:
+        Deferred.active -= 1
+    if found := Deferred.take():  # ranks that disagreed: Horovod's FailedPreconditionError, one line
+        raise mismatch(found)
+    return out
 
 
 def allreduce(

@@ -12,11 +12,12 @@ Example:
 
 from __future__ import annotations
 
+import re
 import sys
 from types import TracebackType
 from typing import Any
 
-from ..errors import MldistError
+from ..errors import CollectiveMismatch, MldistError
 from .context import current
 from .leave import error_line, leave, tell
 
@@ -37,6 +38,64 @@ COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
         "the launcher's output names the rank that failed first",
     ),
 )
+
+
+_MISMATCH = re.compile(r"workers passed tensors of different [^\n]*")
+_MISMATCH_CLASSES: list[type[Exception]] = []
+
+
+def mismatch_line(message: str) -> str | None:
+    """The CollectiveMismatch line inside a (TensorFlow) error's text, else None.
+
+    Example:
+        >>> mismatch_line("{{node PyFunc}} CollectiveMismatch: workers passed tensors of different shapes (a)\\nMore")
+        'workers passed tensors of different shapes (a)'
+    """
+    found = _MISMATCH.search(message)
+    return found.group(0).strip() if found else None
+
+
+class Deferred:
+    """A mismatch found while an eager call's graph runs, raised by that call once the graph returns.
+
+    Raising inside the graph would make TensorFlow log the error with a traceback on every
+    rank before the caller sees it; the eager call raises it cleanly instead.
+    """
+
+    active = 0
+    found: str | None = None
+
+    @classmethod
+    def note(cls, line: str) -> bool:
+        """Keep ``line`` for the eager call in progress (True), or False when none is (raise it now)."""
+        if cls.active:
+            cls.found = line
+        return bool(cls.active)
+
+    @classmethod
+    def take(cls) -> str | None:
+        found, cls.found = cls.found, None
+        return found
+
+
+def mismatch(line: str) -> Exception:
+    """Horovod's error for ranks that disagreed: a ``tf.errors.FailedPreconditionError`` that is also
+    a :class:`CollectiveMismatch`, with the one ``line`` as its text.
+    """
+    if not _MISMATCH_CLASSES:
+        import tensorflow as tf
+
+        class CollectiveMismatchError(tf.errors.FailedPreconditionError, CollectiveMismatch):  # type: ignore[misc]
+            """Ranks passed different arguments to one collective (Horovod's error type)."""
+
+            def __init__(self, message: str) -> None:
+                tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+
+            def __str__(self) -> str:
+                return str(self.message)
+
+        _MISMATCH_CLASSES.append(CollectiveMismatchError)
+    return _MISMATCH_CLASSES[0](line)
 
 
 def explain_failure(message: str) -> str | None:
@@ -60,6 +119,8 @@ def describe(kind: type[BaseException], exc: BaseException) -> tuple[str, bool]:
     """
     if isinstance(exc, MldistError):
         return str(exc), False
+    if line := mismatch_line(str(exc)):
+        return line, False
     if explained := explain_failure(str(exc)):
         return f"{explained} ({kind.__name__})", False
     first = (str(exc).strip().splitlines() or [""])[0]

@@ -9,8 +9,8 @@ they run eagerly, in ``tf.function`` and in Keras ``fit`` (not under XLA).
 All-reduces write into their (owned) input buffers: TensorFlow takes the
 result back without a copy. Before each call every rank joins one tiny
 ``MPI_Allreduce(MAX)`` of a signature and its negation (kind, op or root, buffer count, sizes, dtypes):
-ranks that disagree all stop (exit 1) with one line naming what each rank passed,
-instead of hanging or reducing mismatched memory. float16/bfloat16 are summed
+ranks that disagree all raise :class:`mldist.errors.CollectiveMismatch` naming what
+each rank passed, instead of hanging or reducing mismatched memory. float16/bfloat16 are summed
 in float32, bool as int32; broadcast and allgather move raw bytes.
 
 Example::
@@ -29,9 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import CollectiveMismatch
 from ..placement import Placement
 from . import stall
-from .leave import TOGETHER, ending_code, leave
+from .failures import Deferred
+from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
 
 _KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6}
@@ -125,8 +127,9 @@ def _signature(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]]) -> n
     return both
 
 
-def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Callable[[], str]) -> None:
-    """Return if all ranks pass the same signature; else every rank names each rank's arguments and exits 1.
+def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Callable[[], str]) -> bool:
+    """True if all ranks pass the same signature; else every rank raises CollectiveMismatch naming them all
+    (or, in an eager call, leaves it to :class:`~mldist.runtime.failures.Deferred` and returns False).
 
     One 64-byte ``MPI_Allreduce`` per collective (a few microseconds on a node): it is what
     turns a mismatch into one line on every rank instead of a hang or reduced garbage.
@@ -136,13 +139,17 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     both = _signature(kind, arg, arrays)
     _World.comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
     if np.array_equal(both[:4], -both[4:]):
-        return
+        return True
     everyone = _World.comm.allgather(what())  # all ranks take this path together
     listed = "; ".join(f"rank {r}: {w}" for r, w in enumerate(everyone))
-    leave(
+    line = (
         f"workers passed tensors of different shapes or dtypes to one collective ({listed}); "
         "every rank must run the same steps on same-shaped batches"
     )
+    # Every rank raises alike, so a caller that catches it may go on; uncaught, it ends the rank in one line.
+    if Deferred.note(line):
+        return False  # an eager call raises it when its graph returns; skip the data collective
+    raise CollectiveMismatch(line)
 
 
 def _describe(kind: str, arrays: Sequence[np.ndarray[Any, Any]]) -> Callable[[], str]:
@@ -230,7 +237,8 @@ def allreduce(buffers: list[Any], op: str) -> list[Any]:
     mpi_op = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
     def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
-        _agree(op, 0, arrays, _describe(f"allreduce({op})", arrays))
+        if not _agree(op, 0, arrays, _describe(f"allreduce({op})", arrays)):
+            return list(arrays)
         return [_reduce_in_place(a, mpi_op) for a in arrays]
 
     reduced = _call(run, [_wire(b) for b in buffers], f"mpi_allreduce_{op}", f"allreduce({op})")
@@ -245,8 +253,9 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
     """``root``'s 1-D buffers on every rank (raw bytes: exact for every dtype)."""
 
     def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
-        _agree("broadcast", root, arrays, _describe(f"broadcast(root={root})", arrays))
         out = [_output(a.size, a.dtype) for a in arrays]
+        if not _agree("broadcast", root, arrays, _describe(f"broadcast(root={root})", arrays)):
+            return out
         for a, o in zip(arrays, out, strict=True):
             if rank == root:
                 np.copyto(o, a)  # never hand TensorFlow back an alias of its own tensor
@@ -269,7 +278,8 @@ def allgather(value: Any, size: int) -> Any:
     def run(a: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
         # The row count may differ: agree on dtype and inner shape only.
         shape = zlib.crc32(np.array(inner, np.int64).tobytes())
-        _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}")
+        if not _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}"):
+            return [np.array(a)]
         rows = np.empty(size, np.int64)
         _World.comm.Allgather(np.array([a.shape[0]], np.int64), rows)
         row_bytes = int(np.prod(inner)) * a.itemsize
