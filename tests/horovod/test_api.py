@@ -79,6 +79,14 @@ def test_mismatches_raise_horovods_errors_on_every_rank_and_the_ranks_go_on() ->
     assert [row["after"] for row in rows] == [[3.0], [3.0]]
 
 
+def test_horovods_own_test_cases_hold(engine: str) -> None:
+    """What Horovod 0.28.1's test suite checks and mldist.horovod used to get wrong (see the worker)."""
+    worker = str(WORKERS / "hvd_conformance.py")
+    rows = results(check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, worker], 180)).stdout)
+    assert len(rows) == 2 and rows[0]["checks"] == rows[1]["checks"]
+    assert len(rows[0]["checks"]) == 23, rows[0]["checks"]
+
+
 def test_refused_features_say_what_to_use_instead() -> None:
     res = check(run_py(API, "refusals", timeout=120))
     refused = dict(line.split(": ", 1) for line in res.stdout.splitlines() if line.startswith("REFUSED "))

@@ -64,22 +64,21 @@ from .objects import (
 from .ops import (
     allgather,
     allreduce,
-    alltoall,
     barrier,
     broadcast,
     grouped_allgather,
     grouped_allreduce,
-    grouped_reducescatter,
     join,
     local_rank_op,
     local_size_op,
     process_set_included_op,
     rank_op,
-    reducescatter,
     size_op,
 )
 from .optimizer import DistributedOptimizer
+from .scatter import alltoall, grouped_reducescatter, reducescatter
 from .tape import DistributedGradientTape, PartialDistributedGradientTape
+from .util import _executing_eagerly as _executing_eagerly  # Horovod scripts call hvd._executing_eagerly()
 
 __all__ = [
     "Adasum",

@@ -50,9 +50,12 @@ def resolve_op(op: int | None, average: bool | None) -> int:
 
 
 def _scale(t: Any, factor: float) -> Any:
+    """``t * factor`` as Horovod computes it: integers in float64, 16-bit floats in float32."""
     tf = _tf()
     if factor == 1.0:
         return t
+    if t.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tf.cast(t, tf.float32) * factor, t.dtype)
     if t.dtype.is_floating or t.dtype.is_complex:
         return t * tf.cast(factor, t.dtype)
     return tf.cast(tf.cast(t, tf.float64) * factor, t.dtype)
@@ -103,11 +106,13 @@ def _differentiable(x: Any, op: int, prescale: float, postscale: float, compress
     return _with_gradient(x, y, lambda dy: reduce_dense([dy], op, prescale, postscale, compression)[0])
 
 
-def _sparse(slices: Any, op: int) -> Any:
+def _sparse(slices: Any, op: int, prescale: float = 1.0, postscale: float = 1.0) -> Any:
     """IndexedSlices: gather every rank's values and indices (Horovod's sparse all-reduce)."""
     tf = _tf()
     if op not in (Average, Sum):
-        raise ConfigError("IndexedSlices take op=hvd.Average or hvd.Sum; pass sparse_as_dense=True for others")
+        raise UnsupportedError("IndexedSlices take op=hvd.Average or hvd.Sum; pass sparse_as_dense=True for others")
+    if (prescale, postscale) != (1.0, 1.0):
+        raise UnsupportedError("IndexedSlices take no prescale_factor or postscale_factor (as in Horovod)")
     values = allgather(slices.values)
     if op == Average:
         values = values / tf.cast(basics.size(), values.dtype)
@@ -144,7 +149,7 @@ def allreduce(
     op = resolve_op(op, average)
     tf = _tf()
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse(tensor, op)
+        return _sparse(tensor, op, prescale_factor, postscale_factor)
     t = tf.convert_to_tensor(tensor)
     if op in (Average, Sum) and (t.dtype.is_floating or t.dtype.is_complex):
         return _differentiable(t, op, prescale_factor, postscale_factor, compression)
@@ -161,8 +166,13 @@ def grouped_allreduce(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
     process_set: Any = None,
+    name: str | None = None,
+    ignore_name_scope: bool = False,
 ) -> list[Any]:
     """All-reduce a list of tensors in one fused collective; arguments as :func:`allreduce`.
+
+    Floating tensors reduced with Average or Sum are differentiable (each gradient is
+    all-reduced the same way). IndexedSlices are gathered, as :func:`allreduce` does.
 
     Example::
 
@@ -172,8 +182,19 @@ def grouped_allreduce(
     op = resolve_op(op, average)
     tf = _tf()
     dense = [tf.convert_to_tensor(t) for t in tensors if not isinstance(t, tf.IndexedSlices)]
-    reduced = iter(reduce_dense(dense, op, prescale_factor, postscale_factor, compression))
-    return [_sparse(t, op) if isinstance(t, tf.IndexedSlices) else next(reduced) for t in tensors]
+    reduced = iter(reduce_dense(dense, op, prescale_factor, postscale_factor, compression) if dense else [])
+    out = []
+    for t in tensors:
+        if isinstance(t, tf.IndexedSlices):
+            out.append(_sparse(t, op, prescale_factor, postscale_factor))
+            continue
+        x, y = tf.convert_to_tensor(t), next(reduced)
+        if op in (Average, Sum) and (x.dtype.is_floating or x.dtype.is_complex):
+            y = _with_gradient(
+                x, y, lambda dy: reduce_dense([dy], op, prescale_factor, postscale_factor, compression)[0]
+            )
+        out.append(y)
+    return out
 
 
 def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None) -> Any:
@@ -200,7 +221,9 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     return _with_gradient(t, gathered, grad)
 
 
-def grouped_allgather(tensors: list[Any], process_set: Any = None) -> list[Any]:
+def grouped_allgather(
+    tensors: list[Any], name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
+) -> list[Any]:
     """:func:`allgather` of each tensor in a list."""
     return [allgather(t, process_set=process_set) for t in tensors]
 
@@ -227,84 +250,6 @@ def broadcast(
         return summed if basics.rank() == root_rank else tf.zeros_like(summed)
 
     return _with_gradient(t, received, grad)
-
-
-def _even_splits(rows: Any, n: int) -> Any:
-    """Rows per rank when they are spread evenly, lower ranks taking one more."""
-    tf = _tf()
-    base, extra = rows // n, rows % n
-    return base + tf.cast(tf.range(n) < extra, rows.dtype)
-
-
-def alltoall(
-    tensor: Any, splits: Any = None, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
-) -> tuple[Any, Any]:
-    """Send ``splits[r]`` rows of ``tensor`` to rank ``r``; the rows received and how many came from each rank.
-
-    Args:
-        tensor: rank >= 1; its rows are sent in order, first ``splits[0]`` to rank 0 and so on.
-        splits: rows per destination (sums to the first dimension); default: equal shares.
-
-    Example::
-
-        received, counts = hvd.alltoall(tf.range(hvd.size() * 2), splits=[2] * hvd.size())
-    """
-    check_process_set(process_set)
-    n, me = basics.size(), basics.rank()
-    tf = _tf()
-    t = tf.convert_to_tensor(tensor)
-    if t.shape.rank in (None, 0):
-        raise ConfigError(f"alltoall needs a tensor of rank >= 1, got shape {t.shape}")
-    rows = tf.shape(t, out_type=tf.int32)[0]
-    if splits is None:
-        if t.shape[0] is not None and t.shape[0] % n:
-            raise ConfigError(f"alltoall: {t.shape[0]} rows do not split evenly over {n} ranks; pass splits=")
-        splits = tf.fill([n], rows // n)
-    splits = tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int32)
-    if splits.shape[0] is not None and splits.shape[0] != n:
-        raise ConfigError(f"alltoall: splits has {splits.shape[0]} entries; it needs one per rank ({n})")
-    tf.debugging.assert_equal(tf.reduce_sum(splits), rows, message="alltoall: splits must sum to the rows sent")
-    table = tf.reshape(runtime.allgather(splits[tf.newaxis]), [n, n])  # table[src, dst]
-    everything = runtime.allgather(t)
-    block_start = tf.concat([[0], tf.cumsum(tf.reduce_sum(table, axis=1))[:-1]], 0)
-    starts = block_start + tf.reduce_sum(table[:, :me], axis=1)
-    received = table[:, me]
-    index = tf.ragged.range(starts, starts + received).flat_values
-    return tf.gather(everything, index), received
-
-
-def reducescatter(
-    tensor: Any,
-    device_dense: str = "",
-    compression: Any = Compression.none,
-    op: int = Average,
-    name: str | None = None,
-    process_set: Any = None,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-) -> Any:
-    """Reduce ``tensor`` over ranks, then keep this rank's share of the rows (lower ranks get one more).
-
-    Example::
-
-        mine = hvd.reducescatter(tf.ones([4, 2]), op=hvd.Sum)   # [2, 2] of 2.0 on 2 ranks
-    """
-    check_process_set(process_set)
-    if op not in (Average, Sum):
-        raise UnsupportedError("reducescatter takes op=hvd.Average or hvd.Sum (as Horovod's)")
-    tf = _tf()
-    t = tf.convert_to_tensor(tensor)
-    if t.shape.rank in (None, 0):
-        raise ConfigError(f"reducescatter needs a tensor of rank >= 1, got shape {t.shape}")
-    full = reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
-    shares = _even_splits(tf.shape(t)[0], basics.size())
-    start = tf.reduce_sum(shares[: basics.rank()])
-    return full[start : start + shares[basics.rank()]]
-
-
-def grouped_reducescatter(tensors: list[Any], compression: Any = Compression.none, op: int = Average) -> list[Any]:
-    """:func:`reducescatter` of each tensor in a list."""
-    return [reducescatter(t, compression=compression, op=op) for t in tensors]
 
 
 def barrier(process_set: Any = None) -> None:

@@ -102,7 +102,10 @@ def engine() -> Engine:
 def _fuse(flat: list[Any], bucket_bytes: int) -> tuple[list[Bucket], list[Any]]:
     """Buckets of ``flat`` and one 1-D buffer per bucket (concatenated in bucket order)."""
     tf = _tf()
-    buckets = plan_buckets([(t.dtype.name, t.shape.num_elements() * t.dtype.size) for t in flat], bucket_bytes)
+    # A tensor whose size is known only when the graph runs gets a bucket of its own.
+    sizes = [t.shape.num_elements() for t in flat]
+    items = [(t.dtype.name, bucket_bytes if n is None else n * t.dtype.size) for t, n in zip(flat, sizes, strict=True)]
+    buckets = plan_buckets(items, bucket_bytes)
     buffers = []
     for bucket in buckets:
         parts = [tf.reshape(flat[i], [-1]) for i in bucket.indices]
@@ -119,7 +122,8 @@ def _unfuse(flat: list[Any], buckets: list[Bucket], buffers: list[Any]) -> list[
         sizes = [flat[i].shape.num_elements() for i in bucket.indices]
         pieces = tf.split(buf, sizes) if len(sizes) > 1 else [buf]
         for i, piece in zip(bucket.indices, pieces, strict=True):
-            out[i] = tf.reshape(piece, flat[i].shape)
+            shape = flat[i].shape if flat[i].shape.is_fully_defined() else tf.shape(flat[i])
+            out[i] = tf.reshape(piece, shape)
     return out
 
 
@@ -153,8 +157,8 @@ def _as_tensors(tensors: Any) -> tuple[Any, list[Any]]:
     tf = _tf()
     flat = [tf.convert_to_tensor(t) for t in tf.nest.flatten(tensors)]
     for t in flat:
-        if not t.shape.is_fully_defined():
-            raise ConfigError(f"shape {t.shape} has unknown dimensions; collectives need fixed shapes")
+        if t.shape.rank is None:
+            raise ConfigError(f"a tensor of unknown rank ({t.dtype.name}); collectives need at least the rank")
     return tensors, flat
 
 

@@ -223,7 +223,7 @@ def _allgather(value: Any, size: int) -> Any:
 
     n = tf.shape(value)[0]
     counts = _gather_equal(tf.reshape(n, [1]))
-    longest = tf.reduce_max(counts)
+    longest = tf.maximum(tf.reduce_max(counts), 1)  # gathering empty tensors crashes TensorFlow's collective
     pad = [[0, longest - n]] + [[0, 0]] * (value.shape.rank - 1)
     rows = tf.reshape(_gather_equal(tf.pad(value, pad)), tf.concat([[size, longest], tf.shape(value)[1:]], 0))
     return tf.boolean_mask(rows, tf.sequence_mask(counts, longest))

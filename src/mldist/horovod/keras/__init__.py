@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import ops as _ops
+from .. import scatter as _scatter
 from ..basics import (
     Adasum,
     Average,
@@ -139,7 +140,7 @@ def broadcast(value: Any, root_rank: int, name: str | None = None) -> Any:
 
 def reducescatter(value: Any, name: str | None = None, op: int = Average) -> Any:
     """Reduce over ranks and keep this rank's share of the rows."""
-    return _ops.reducescatter(_tensor(value), op=op)
+    return _scatter.reducescatter(_tensor(value), op=op)
 
 
 def PartialDistributedOptimizer(*args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,93 @@
+"""Horovod behaviours its own test suite checks, on 2 ranks, written as a Horovod user would.
+
+Grouped all-reduce of IndexedSlices (alone and mixed), pre/post-scaling as Horovod computes
+it, grouped reduce-scatter with every argument, alltoall of uint8 / empty / equal splits,
+in-place broadcast of several variables, gradients of the gathering and scattering
+collectives inside tf.function, and Horovod's error types for sparse misuse. Prints
+"CHECKED name" per check and RESULT {rank, checks}.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+import mldist.horovod as hvd
+
+hvd.init()
+r = hvd.rank()
+checks: list[str] = []
+
+
+def check(name: str, got: Any, want: Any) -> None:
+    got = got.numpy() if hasattr(got, "numpy") else got
+    assert np.array_equal(np.asarray(got), np.asarray(want)), f"{name} on rank {r}: {got!r} != {want!r}"
+    checks.append(name)
+
+
+def raises(name: str, call: Callable[[], Any], kind: type[Exception]) -> None:
+    try:
+        call()
+    except kind:
+        checks.append(name)
+        return
+    raise AssertionError(f"{name}: no {kind.__name__}")
+
+
+def slices(dtype: tf.DType) -> tf.IndexedSlices:
+    return tf.IndexedSlices(tf.cast(tf.ones([2, 3]), dtype), tf.constant([r, r + 1]))
+
+
+(alone,) = hvd.grouped_allreduce([slices(tf.float32)])
+check("grouped_sparse_alone", alone.values, np.full([4, 3], 0.5, np.float32))
+check("grouped_sparse_indices", alone.indices, [0, 1, 1, 2])
+mixed = hvd.grouped_allreduce([slices(tf.float32), tf.ones([2]) * (r + 1), slices(tf.int32)], op=hvd.Average)
+check("grouped_mixed_dense", mixed[1], np.full([2], 1.5, np.float32))
+check("grouped_mixed_int_average", mixed[2].values.dtype.name, "float64")
+raises("sparse_min_refused", lambda: hvd.allreduce(slices(tf.float32), op=hvd.Min), NotImplementedError)
+raises("sparse_prescale_refused", lambda: hvd.allreduce(slices(tf.float32), prescale_factor=0.5), NotImplementedError)
+fp16 = hvd.allreduce(tf.constant([3.0], tf.float16), op=hvd.Sum, prescale_factor=0.3)
+check("prescale_fp16_in_fp32", fp16, (np.float16(np.float32(3.0) * np.float32(0.3)) * 2).reshape(1))
+ints = hvd.allreduce(tf.constant([7, -7]), op=hvd.Sum, postscale_factor=0.5)
+check("postscale_int_in_fp64", ints, [7, -7])
+(share,) = hvd.grouped_reducescatter(
+    [tf.ones([4])], device_dense="", op=hvd.Average, process_set=hvd.global_process_set, prescale_factor=2.0,
+    postscale_factor=0.5,
+)  # fmt: skip
+check("grouped_reducescatter_scaled", share, [1.0, 1.0])
+received, splits = hvd.alltoall(tf.constant([1, 2, 3, 4], tf.uint8))
+check("alltoall_uint8", received, np.array([1, 2, 1, 2] if r == 0 else [3, 4, 3, 4], np.uint8))
+check("alltoall_uint8_splits", splits, [2, 2])
+check("alltoall_empty", hvd.alltoall(tf.zeros([0, 2]))[0].shape, [0, 2])
+check("alltoall_equal_splits", hvd.alltoall(tf.constant([1, 2], tf.int64), splits=tf.constant([1, 1]))[0], [r + 1] * 2)
+check("executing_eagerly", hvd._executing_eagerly(), True)
+first, second = tf.Variable([1.0 + r]), tf.Variable([2.0 + r])
+hvd.broadcast_([first, second], root_rank=1)
+check("broadcast_in_place", [first.numpy(), second.numpy()], [[2.0], [3.0]])
+check("grouped_names", hvd.grouped_allgather([tf.ones([1])], name="g", ignore_name_scope=True)[0], [1.0, 1.0])
+check("grouped_names_reduce", hvd.grouped_allreduce([tf.ones([1])], name="g", ignore_name_scope=True)[0], [1.0])
+x = tf.Variable(tf.ones([2, 2]) * (r + 1))
+
+
+def gradient(collective: Callable[[Any], Any]) -> Any:
+    @tf.function
+    def run() -> Any:
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(collective(x))
+        return tape.gradient(y, x)
+
+    return run()
+
+
+twos, ones = np.full([2, 2], 2.0, np.float32), np.ones([2, 2], np.float32)
+check("grad_allgather", gradient(hvd.allgather), twos)  # every rank's sum reads this rank's rows
+check("grad_grouped_allgather", gradient(lambda v: hvd.grouped_allgather([v])[0]), twos)
+check("grad_broadcast", gradient(lambda v: hvd.broadcast(v, 0)), twos if r == 0 else ones * 0)
+check("grad_reducescatter", gradient(lambda v: hvd.reducescatter(v, op=hvd.Sum)), ones)
+check("grad_grouped_reducescatter", gradient(lambda v: hvd.grouped_reducescatter([v], op=hvd.Sum)[0]), ones)
+check("grad_grouped_allreduce", gradient(lambda v: hvd.grouped_allreduce([v])[0]), ones)
+print("RESULT " + json.dumps({"rank": r, "checks": checks}), flush=True)
