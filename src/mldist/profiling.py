@@ -105,8 +105,9 @@ def xspace_events(path: Path, rank: int, shift_us: float) -> list[dict[str, Any]
 
 
 def _write_trace(path: Path, events: list[dict[str, Any]]) -> None:
+    """A Chrome trace at ``path``: gzipped when the name ends in ``.gz``."""
     data = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}).encode()
-    atomic_write(path, gzip.compress(data))
+    atomic_write(path, gzip.compress(data) if path.name.endswith(".gz") else data)
 
 
 def merge_traces(paths: list[Path], out: Path) -> None:
@@ -117,12 +118,58 @@ def merge_traces(paths: list[Path], out: Path) -> None:
     _write_trace(out, events)
 
 
+class Recording:
+    """TensorFlow's profiler on every rank between :meth:`start` and :meth:`stop` (both collective).
+
+    Each rank writes ``out_dir/rank-R.trace.json.gz``; rank 0 merges them into ``merged``.
+    The timelines are aligned on a barrier taken just before recording starts.
+
+    Example::
+
+        rec = Recording(Path("trace"), Path("trace/merged.trace.json.gz"))
+        rec.start(); train_a_little(); rec.stop()
+    """
+
+    def __init__(self, out_dir: Path, merged: Path) -> None:
+        self.out_dir, self.merged = out_dir, merged
+        self.shift_us = 0.0
+
+    def _barrier(self) -> None:
+        import tensorflow as tf
+
+        runtime.allreduce(tf.zeros([1]), "sum")
+
+    def start(self) -> None:
+        """Start recording on this rank, after a barrier every rank shares."""
+        import tensorflow as tf
+
+        self._barrier()
+        after_barrier = time.time_ns()
+        tf.profiler.experimental.start(str(self.out_dir / f"raw-rank-{runtime.rank()}"))
+        # The profile's time 0 is its start: place it where this rank left the barrier.
+        self.shift_us = (time.time_ns() - after_barrier) / 1e3
+
+    def stop(self) -> None:
+        """Stop recording, write this rank's trace; rank 0 merges every rank's once all are written."""
+        import tensorflow as tf
+
+        self._barrier()  # no rank still has a collective in flight while tracing stops
+        tf.profiler.experimental.stop()
+        rank = runtime.rank()
+        raw = sorted((self.out_dir / f"raw-rank-{rank}").rglob("*.xplane.pb"))
+        _write_trace(self.out_dir / f"rank-{rank}.trace.json.gz", xspace_events(raw[-1], rank, self.shift_us))
+        self._barrier()  # every rank's file is written
+        if rank == 0:
+            ranks = [self.out_dir / f"rank-{r}.trace.json.gz" for r in range(runtime.size())]
+            merge_traces(ranks, self.merged)
+
+
 class StepProfiler:
     """Record steps ``first``..``last`` on every rank; rank 0 merges the ranks' traces at the end."""
 
     def __init__(self, first: int, last: int, out_dir: Path) -> None:
         self.first, self.last, self.out_dir = first, last, out_dir
-        self.shift_us = 0.0
+        self.recording = Recording(out_dir, out_dir / "merged.trace.json.gz")
         self.done = False
 
     @classmethod
@@ -132,37 +179,13 @@ class StepProfiler:
         text = env.get("MLDIST_PROFILE_STEPS", "")
         return cls(*parse_steps(text), trace_dir(env)) if text else None
 
-    def _barrier(self) -> None:
-        import tensorflow as tf
-
-        runtime.allreduce(tf.zeros([1]), "sum")
-
     def begin(self, step: int) -> None:
         """Call before each step: recording starts at ``first``, after a barrier every rank shares."""
-        if step != self.first or self.done:
-            return
-        import tensorflow as tf
-
-        self._barrier()
-        after_barrier = time.time_ns()
-        raw = self.out_dir / f"raw-rank-{runtime.rank()}"
-        tf.profiler.experimental.start(str(raw))
-        # The profile's time 0 is its start: place it where this rank left the barrier.
-        self.shift_us = (time.time_ns() - after_barrier) / 1e3
+        if step == self.first and not self.done:
+            self.recording.start()
 
     def end(self, step: int) -> None:
         """Call after each step: at ``last`` recording stops and the traces are written (rank 0 merges)."""
-        if step != self.last or self.done:
-            return
-        import tensorflow as tf
-
-        self._barrier()  # no rank still has this step's collectives in flight while tracing stops
-        tf.profiler.experimental.stop()
-        self.done = True
-        rank = runtime.rank()
-        raw = sorted((self.out_dir / f"raw-rank-{rank}").rglob("*.xplane.pb"))
-        _write_trace(self.out_dir / f"rank-{rank}.trace.json.gz", xspace_events(raw[-1], rank, self.shift_us))
-        self._barrier()  # every rank's file is written
-        if rank == 0:
-            ranks = [self.out_dir / f"rank-{r}.trace.json.gz" for r in range(runtime.size())]
-            merge_traces(ranks, self.out_dir / "merged.trace.json.gz")
+        if step == self.last and not self.done:
+            self.recording.stop()
+            self.done = True

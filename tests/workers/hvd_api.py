@@ -38,7 +38,6 @@ def same(name: str, got: Any, want: Any, tol: float = 0.0) -> None:
 def refusals() -> None:
     import tensorflow as tf
 
-    import mldist.horovod.keras as hvd_keras
     from mldist.errors import UnsupportedError
 
     hvd.init()
@@ -47,11 +46,9 @@ def refusals() -> None:
         "process_set": lambda: hvd.allreduce(tf.ones([2]), process_set=object()),
         "add_process_set": lambda: hvd.add_process_set([0]),
         "elastic": lambda: hvd.elastic.run,
-        "timeline": lambda: hvd.start_timeline("/tmp/t.json"),
         "partial_tape": lambda: hvd.PartialDistributedGradientTape(None),
         "v1_optimizer": lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)),
         "global_variables": lambda: hvd.broadcast_global_variables(0),
-        "best_checkpoint": lambda: hvd_keras.callbacks.BestModelCheckpoint,
         "init_sub_world": lambda: hvd.init(comm=[0, 1, 2]),
     }
     for name, call in cases.items():

@@ -49,8 +49,6 @@ from .basics import (
     rocm_built,
     shutdown,
     size,
-    start_timeline,
-    stop_timeline,
 )
 from .compression import Compression
 from .objects import (
@@ -77,6 +75,7 @@ from .ops import (
 )
 from .optimizer import DistributedOptimizer
 from .scatter import alltoall, grouped_reducescatter, reducescatter
+from .settings import start_timeline, stop_timeline
 from .tape import DistributedGradientTape, PartialDistributedGradientTape
 from .util import _executing_eagerly as _executing_eagerly  # Horovod scripts call hvd._executing_eagerly()
 

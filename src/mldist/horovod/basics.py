@@ -137,6 +137,9 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     if _state["nodes"] is None:
         _state["nodes"] = _discover_nodes(ctx)
     _state["initialized"] = True
+    from .settings import apply
+
+    apply(os.environ)
 
 
 def shutdown() -> None:
@@ -260,16 +263,3 @@ def ddl_built() -> bool:
 def ccl_built() -> bool:
     """False: oneCCL is not supported (MPI engine on CPUs)."""
     return False
-
-
-def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    """Refused: Horovod's timeline is not available in mldist yet."""
-    raise UnsupportedError(
-        f"hvd.start_timeline({file_path!r}): not available in mldist yet; record a TensorFlow trace with "
-        "tf.profiler.experimental.start(logdir) ... stop() and open it in TensorBoard's profiler"
-    )
-
-
-def stop_timeline() -> None:
-    """Refused: see :func:`start_timeline`."""
-    start_timeline("")

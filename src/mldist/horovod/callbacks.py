@@ -30,13 +30,17 @@ def _optimizer_variables(optimizer: Any) -> list[Any]:
     return list(found() if callable(found) else found)
 
 
-def broadcast_model(model: Any, root_rank: int) -> None:
-    """Give every rank ``root_rank``'s weights and optimizer state (dropout seeds stay per rank)."""
+def broadcast_model(model: Any, root_rank: int, local: Any = None) -> None:
+    """Give every rank ``root_rank``'s weights and optimizer state (dropout seeds stay per rank).
+
+    ``local``: variables each rank keeps its own (Horovod's ``local_variables``).
+    """
     variables = list(model.weights)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
         variables += _optimizer_variables(optimizer)
-    broadcast_variables(variables, root_rank)
+    keep = {id(v) for v in local or ()}
+    broadcast_variables([v for v in variables if id(v) not in keep], root_rank)
 
 
 def average_logs(logs: dict[str, Any]) -> None:
@@ -183,6 +187,31 @@ def _warmup_class(schedule: type) -> type:
     return LearningRateWarmupCallback
 
 
+def _best_checkpoint_class(keras: Any) -> type:
+    class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):  # type: ignore[misc, name-defined]
+        """Keep the best model so far (by ``monitor``) at ``filepath``, written by rank 0 only.
+
+        Horovod's signature, plus ``filepath`` (Horovod's estimators set it for you).
+        """
+
+        def __init__(
+            self,
+            monitor: str = "val_loss",
+            verbose: int = 0,
+            mode: str = "auto",
+            save_freq: Any = "epoch",
+            filepath: str = "best.keras",
+        ) -> None:
+            super().__init__(filepath, monitor=monitor, verbose=verbose, save_best_only=True, mode=mode,
+                             save_freq=save_freq)  # fmt: skip
+
+        def _save_model(self, *args: Any, **kwargs: Any) -> None:
+            if basics.rank() == 0:
+                super()._save_model(*args, **kwargs)
+
+    return BestModelCheckpoint
+
+
 @functools.cache
 def classes(keras: Any) -> dict[str, type]:
     """Horovod's callback classes on ``keras.callbacks.Callback``, by name."""
@@ -192,17 +221,17 @@ def classes(keras: Any) -> dict[str, type]:
         """Start every rank from ``root_rank``'s weights and optimizer state (again after the first batch,
         when a lazily built model or optimizer has just made its variables)."""
 
-        def __init__(self, root_rank: int, device: str = "") -> None:
+        def __init__(self, root_rank: int, device: str = "", local_variables: Any = None) -> None:
             super().__init__()
-            self.root_rank, self.done = root_rank, False
+            self.root_rank, self.done, self.local = root_rank, False, list(local_variables or ())
 
         def on_train_begin(self, logs: Any = None) -> None:
             if self.model.built:
-                broadcast_model(self.model, self.root_rank)
+                broadcast_model(self.model, self.root_rank, self.local)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             if not self.done:
-                broadcast_model(self.model, self.root_rank)
+                broadcast_model(self.model, self.root_rank, self.local)
                 self.done = True
 
     class MetricAverageCallback(base):  # type: ignore[misc, valid-type]
@@ -217,6 +246,7 @@ def classes(keras: Any) -> dict[str, type]:
 
     schedule = _schedule_class(base)
     return {
+        "BestModelCheckpoint": _best_checkpoint_class(keras),
         "BroadcastGlobalVariablesCallback": BroadcastGlobalVariablesCallback,
         "MetricAverageCallback": MetricAverageCallback,
         "LearningRateScheduleCallback": schedule,
@@ -225,9 +255,7 @@ def classes(keras: Any) -> dict[str, type]:
 
 
 #: Horovod callbacks mldist does not provide, with what to use instead.
-REFUSED = {
-    "BestModelCheckpoint": "use keras.callbacks.ModelCheckpoint(save_best_only=True) on rank 0 only",
-}
+REFUSED: dict[str, str] = {}
 
 
 def refuse(name: str, module: str) -> UnsupportedError | AttributeError:

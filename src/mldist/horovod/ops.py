@@ -23,6 +23,7 @@ from ..errors import ConfigError, UnsupportedError
 from . import basics
 from .basics import ADASUM_FIX, WIRE_OPS, Average, Sum, check_process_set
 from .compression import Compression
+from .settings import fusion_bytes
 
 
 def _tf() -> Any:
@@ -77,7 +78,7 @@ def reduce_dense(tensors: list[Any], op: int, prescale: float, postscale: float,
         c, ctx = compression.compress(_scale(t, prescale))
         sent.append(c)
         ctxs.append(ctx)
-    reduced = runtime.allreduce(sent, WIRE_OPS[op]) if n > 1 else sent
+    reduced = runtime.allreduce(sent, WIRE_OPS[op], bucket_bytes=fusion_bytes()) if n > 1 else sent
     out = []
     for r, ctx in zip(reduced, ctxs, strict=True):
         r = compression.decompress(r, ctx)

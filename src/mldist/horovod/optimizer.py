@@ -155,7 +155,11 @@ def DistributedOptimizer(
 
 
 def load_model(
-    filepath: str, custom_optimizers: Any = None, custom_objects: Any = None, compression: Any = Compression.none
+    filepath: str,
+    custom_optimizers: Any = None,
+    custom_objects: Any = None,
+    compression: Any = Compression.none,
+    legacy_opts: bool = False,
 ) -> Any:
     """Load a Keras model saved with a wrapped optimizer; its optimizer (with its state) reduces again.
 
@@ -164,6 +168,8 @@ def load_model(
         custom_optimizers: optimizer classes of your own that the file names.
         custom_objects: other custom objects, as for ``keras.models.load_model``.
         compression: the compression of the restored optimizer.
+        legacy_opts: accepted for Horovod's signature: the file's own optimizer class is used
+            (tf_keras's under ``TF_USE_LEGACY_KERAS=1``).
 
     Example::
 

@@ -48,12 +48,11 @@ from ..basics import (
     rocm_built,
     shutdown,
     size,
-    start_timeline,
-    stop_timeline,
 )
 from ..compression import Compression
 from ..objects import allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn
 from ..optimizer import DistributedOptimizer, load_model
+from ..settings import start_timeline, stop_timeline
 from . import callbacks
 
 __all__ = [

@@ -14,12 +14,14 @@ from ..callbacks import classes, refuse
 from ..keras_flavour import keras_module
 
 _CLASSES = classes(keras_module())
+BestModelCheckpoint = _CLASSES["BestModelCheckpoint"]
 BroadcastGlobalVariablesCallback = _CLASSES["BroadcastGlobalVariablesCallback"]
 MetricAverageCallback = _CLASSES["MetricAverageCallback"]
 LearningRateScheduleCallback = _CLASSES["LearningRateScheduleCallback"]
 LearningRateWarmupCallback = _CLASSES["LearningRateWarmupCallback"]
 
 __all__ = [
+    "BestModelCheckpoint",
     "BroadcastGlobalVariablesCallback",
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",

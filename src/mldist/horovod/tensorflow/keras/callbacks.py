@@ -12,6 +12,7 @@ from typing import Any
 
 from ...callbacks import refuse
 from ...keras.callbacks import (
+    BestModelCheckpoint,
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
     LearningRateWarmupCallback,
@@ -19,6 +20,7 @@ from ...keras.callbacks import (
 )
 
 __all__ = [
+    "BestModelCheckpoint",
     "BroadcastGlobalVariablesCallback",
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",

@@ -1,0 +1,32 @@
+"""Horovod's timeline, tuning variables and the Keras callbacks' extra arguments, on 2 ranks, both Keras modes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, WORKERS, check, clean_env, mldist, results
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_timeline_fusion_threshold_and_callbacks(legacy: str, tmp_path: Path) -> None:
+    # Keras 3: start_timeline/stop_timeline around 3 all-reduces; tf_keras: HOROVOD_TIMELINE, the whole run.
+    timeline = {"HOROVOD_TIMELINE": str(tmp_path / "whole.json")} if legacy == "1" else {}
+    env = clean_env(TF_USE_LEGACY_KERAS=legacy, HOROVOD_FUSION_THRESHOLD="0", HOROVOD_CYCLE_TIME="5", **timeline)
+    worker = [PY, str(WORKERS / "hvd_features.py"), str(tmp_path)]
+    res = check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], env=env, timeout=240))
+    rows = results(res.stdout)
+    assert [row["fused_calls"] for row in rows] == [3, 3]  # threshold 0: one collective per tensor (default: 1)
+    assert [row["best_written"] for row in rows] == [True, False]  # rank 0 writes the best model
+    assert [row["shared"] for row in rows] == [[1.0], [1.0]]  # rank 0's values...
+    assert [row["local"] for row in rows] == [[5.0], [6.0]]  # ...except the local variables
+    assert res.stderr.count("HOROVOD_CYCLE_TIME have no effect in mldist") == 1, res.stderr[-2000:]
+    events = json.loads((tmp_path / ("whole.json" if timeline else "part.json")).read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 1}
+    assert any("allreduce" in e["name"] for e in events if e.get("ph") == "X")
+    if timeline:  # the whole run: the training steps too
+        assert any("Sequential" in e["name"] or "sequential" in e["name"] for e in events)
