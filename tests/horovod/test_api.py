@@ -95,7 +95,6 @@ def test_refused_features_say_what_to_use_instead() -> None:
         "process_set": "global process set",
         "add_process_set": "own job",
         "elastic": "--max-restarts",
-        "partial_tape": "grouped_allreduce",
         "v1_optimizer": "Keras optimizer",
         "global_variables": "broadcast_variables",
         "init_sub_world": "-n 3",

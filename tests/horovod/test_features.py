@@ -30,3 +30,15 @@ def test_timeline_fusion_threshold_and_callbacks(legacy: str, tmp_path: Path) ->
     assert any("allreduce" in e["name"] for e in events if e.get("ph") == "X")
     if timeline:  # the whole run: the training steps too
         assert any("Sequential" in e["name"] or "sequential" in e["name"] for e in events)
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_local_layers_keep_their_gradients(legacy: str) -> None:
+    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
+    worker = [PY, str(WORKERS / "hvd_partial.py")]
+    rows = results(
+        check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], env=env, timeout=240)).stdout
+    )
+    assert [row["tape"] for row in rows] == [[1.5, 0.5], [1.5, 1.0]]  # mean of 1 and 2; own x / 2
+    assert rows[0]["fit_shared"] == rows[1]["fit_shared"]  # averaged gradients: the same everywhere
+    assert rows[0]["fit_local"] != rows[1]["fit_local"]  # each rank's own data moves its own layer

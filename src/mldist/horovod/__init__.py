@@ -73,7 +73,7 @@ from .ops import (
     rank_op,
     size_op,
 )
-from .optimizer import DistributedOptimizer
+from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from .scatter import alltoall, grouped_reducescatter, reducescatter
 from .settings import start_timeline, stop_timeline
 from .tape import DistributedGradientTape, PartialDistributedGradientTape
@@ -88,6 +88,7 @@ __all__ = [
     "Max",
     "Min",
     "PartialDistributedGradientTape",
+    "PartialDistributedOptimizer",
     "Product",
     "Sum",
     "allgather",

@@ -21,7 +21,7 @@ from ..keras.optimizer import DistributedKeras3, DistributedLegacy, distributed_
 from . import basics
 from .basics import Average
 from .compression import Compression
-from .tape import Reduction, make_reduction, reduce_gradients
+from .tape import Reduction, local_flags, make_reduction, reduce_gradients, var_key
 
 
 class _Accumulating:
@@ -30,9 +30,18 @@ class _Accumulating:
     _hvd_how = Reduction()
     _hvd_passes = 1
     _hvd_average_aggregated = False
+    _hvd_scale_local = True
 
-    def _mldist_reduce(self, grads: list[Any]) -> list[Any]:
-        return reduce_gradients(grads, self._hvd_how)
+    def register_local_var(self, var: Any) -> None:
+        """Keep ``var``'s gradient on this rank (Horovod's local variables; scaled by 1/size by default)."""
+        self.__dict__.setdefault("_hvd_local", set()).add(var_key(var))  # in __dict__: Keras must not track it
+
+    def _mldist_reduce(self, grads: list[Any], variables: Any = None) -> list[Any]:
+        layers = self.__dict__.get("_hvd_local_layers", ())
+        local = local_flags(
+            None if variables is None else list(variables), self.__dict__.get("_hvd_local", set()), layers
+        )
+        return reduce_gradients(grads, self._hvd_how, local, self._hvd_scale_local)
 
     def _hvd_build(self, variables: list[Any]) -> None:
         raise NotImplementedError
@@ -138,7 +147,8 @@ def DistributedOptimizer(
         compression, sparse_as_dense, op, gradient_predivide_factor: as for DistributedGradientTape.
         backward_passes_per_step: apply (and communicate) once every N calls, on the sum of N gradients.
         average_aggregated_gradients: divide that sum by N.
-        name, device_dense, device_sparse, num_groups, groups, scale_local_gradients: accepted.
+        scale_local_gradients: divide the gradients of local variables (``register_local_var``) by the size.
+        name, device_dense, device_sparse, num_groups, groups: accepted.
 
     Example::
 
@@ -150,8 +160,42 @@ def DistributedOptimizer(
         raise ConfigError(f"backward_passes_per_step={backward_passes_per_step!r} must be an integer >= 1")
     how = make_reduction(op, compression, sparse_as_dense, gradient_predivide_factor, process_set)
     attrs = _attrs(how, backward_passes_per_step, bool(average_aggregated_gradients))
+    attrs["_hvd_scale_local"] = bool(scale_local_gradients)
     cls: Any = distributed_class(type(optimizer), (HorovodKeras3, HorovodLegacy), attrs)
     return cls.from_config(optimizer.get_config())
+
+
+def PartialDistributedOptimizer(
+    optimizer: Any,
+    name: str | None = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: int = Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    groups: Any = None,
+    process_set: Any = None,
+    local_layers: Any = None,
+    scale_local_gradients: bool = True,
+) -> Any:
+    """A :func:`DistributedOptimizer` that keeps the gradients of ``local_layers``' weights on each rank.
+
+    The layers' weights are looked up at each step, so layers built later count too.
+
+    Example::
+
+        opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.01), local_layers=[model.layers[-1]])
+    """
+    wrapped = DistributedOptimizer(
+        optimizer, name, device_dense, device_sparse, compression, sparse_as_dense, gradient_predivide_factor, op,
+        backward_passes_per_step, average_aggregated_gradients, groups=groups, process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )  # fmt: skip
+    wrapped.__dict__["_hvd_local_layers"] = list(local_layers or ())
+    return wrapped
 
 
 def load_model(

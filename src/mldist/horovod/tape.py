@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, UnsupportedError
+from ..errors import ConfigError
 from ..runtime.gradients import XLA_CPU_FIX
 from . import basics
 from .basics import Average, check_process_set
@@ -47,10 +47,46 @@ def make_reduction(
     return Reduction(resolved, compression, bool(sparse_as_dense), float(gradient_predivide_factor))
 
 
-def reduce_gradients(grads: list[Any], how: Reduction) -> list[Any]:
-    """Reduce one gradient per variable across ranks; ``None`` stays ``None``."""
+def var_key(variable: Any) -> Any:
+    """A hashable identity of a variable: TensorFlow's ``ref()``, else the object (Keras 3 variables)."""
+    return variable.ref() if hasattr(variable, "ref") else id(variable)
+
+
+def local_flags(variables: Any, local: set[Any], layers: Any = ()) -> list[bool] | None:
+    """Which of ``variables`` stay on their rank: registered (by :func:`var_key`) or weights of ``layers``.
+
+    None when nothing is local (the common case: every gradient is reduced).
+    """
+    keys = set(local) | {var_key(w) for layer in layers for w in layer.trainable_weights}
+    if not keys or variables is None:
+        return None
+    return [var_key(v) in keys for v in variables]
+
+
+def _keep_local(grads: list[Any], local: list[bool], scale: bool) -> list[Any]:
+    """The local gradients, divided by the world size when ``scale`` (Horovod's scale_local_gradients)."""
+    import tensorflow as tf
+
+    def scaled(g: Any) -> Any:
+        if g is None or not scale:
+            return g
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values / basics.size(), g.indices, g.dense_shape)
+        return g / tf.cast(basics.size(), g.dtype)
+
+    return [scaled(g) if is_local else None for g, is_local in zip(grads, local, strict=True)]
+
+
+def reduce_gradients(
+    grads: list[Any], how: Reduction, local: list[bool] | None = None, scale_local: bool = True
+) -> list[Any]:
+    """Reduce one gradient per variable across ranks; ``None`` stays ``None``; ``local`` ones stay here."""
     if basics.size() == 1:
         return grads
+    if local is not None and any(local):
+        kept = _keep_local(grads, local, scale_local)
+        shared = reduce_gradients([None if is_local else g for g, is_local in zip(grads, local, strict=True)], how)
+        return [k if is_local else s for k, s, is_local in zip(kept, shared, local, strict=True)]
     import tensorflow as tf
 
     from ..runtime import compat
@@ -103,14 +139,21 @@ class DistributedGradientTape:
         basics.context()
         self._tape = gradtape
         self._how = make_reduction(op, compression, sparse_as_dense, gradient_predivide_factor, process_set)
+        self._local: set[Any] = set()
+        self._scale_local = bool(scale_local_gradients)
+
+    def register_local_source(self, source: Any) -> None:
+        """Keep ``source``'s gradient on this rank (divided by the world size unless scale_local_gradients=False)."""
+        self._local.add(var_key(source))
 
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None, **kwargs: Any) -> Any:
-        """Like ``tf.GradientTape.gradient``, reduced across ranks."""
+        """Like ``tf.GradientTape.gradient``, reduced across ranks (registered local sources stay local)."""
         import tensorflow as tf
 
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
         flat = tf.nest.flatten(grads, expand_composites=False)
-        return tf.nest.pack_sequence_as(grads, reduce_gradients(flat, self._how))
+        local = local_flags(tf.nest.flatten(sources, expand_composites=False), self._local)
+        return tf.nest.pack_sequence_as(grads, reduce_gradients(flat, self._how, local, self._scale_local))
 
     def __enter__(self) -> DistributedGradientTape:
         self._tape.__enter__()
@@ -123,9 +166,29 @@ class DistributedGradientTape:
         return getattr(self._tape, name)
 
 
-def PartialDistributedGradientTape(*args: Any, **kwargs: Any) -> Any:
-    """Refused: local (non-reduced) layers are not supported."""
-    raise UnsupportedError(
-        "PartialDistributedGradientTape is not provided by mldist; reduce every gradient with "
-        "hvd.DistributedGradientTape, or reduce a subset yourself with hvd.grouped_allreduce"
-    )
+def PartialDistributedGradientTape(
+    gradtape: Any,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression: Any = Compression.none,
+    sparse_as_dense: bool = False,
+    op: int = Average,
+    gradient_predivide_factor: float = 1.0,
+    local_layers: Any = None,
+    process_set: Any = None,
+    scale_local_gradients: bool = True,
+) -> DistributedGradientTape:
+    """A :class:`DistributedGradientTape` that keeps the gradients of ``local_layers``' weights on each rank.
+
+    Example::
+
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=[model.layers[-1]])
+    """
+    tape = DistributedGradientTape(
+        gradtape, device_dense, device_sparse, compression, sparse_as_dense, op, gradient_predivide_factor,
+        process_set=process_set, scale_local_gradients=scale_local_gradients,
+    )  # fmt: skip
+    for layer in local_layers or ():
+        for weight in layer.trainable_weights:
+            tape.register_local_source(weight)
+    return tape

@@ -28,11 +28,14 @@ class DistributedKeras3:
     _mldist_bucket_bytes = DEFAULT_BUCKET_BYTES
     _mldist_compression: str | None = None
 
-    def _mldist_reduce(self, grads: list[Any]) -> list[Any]:
+    def _mldist_reduce(self, grads: list[Any], variables: Any = None) -> list[Any]:
         return average_gradients(grads, self._mldist_bucket_bytes, self._mldist_compression)
 
     def apply(self, grads: Any, trainable_variables: Any = None) -> Any:
-        return super().apply(self._mldist_reduce(list(grads)), trainable_variables)  # type: ignore[misc]
+        variables = (
+            trainable_variables if trainable_variables is not None else getattr(self, "_trainable_variables", None)
+        )
+        return super().apply(self._mldist_reduce(list(grads), variables), trainable_variables)  # type: ignore[misc]
 
 
 class DistributedLegacy:
@@ -41,12 +44,12 @@ class DistributedLegacy:
     _mldist_bucket_bytes = DEFAULT_BUCKET_BYTES
     _mldist_compression: str | None = None
 
-    def _mldist_reduce(self, grads: list[Any]) -> list[Any]:
+    def _mldist_reduce(self, grads: list[Any], variables: Any = None) -> list[Any]:
         return average_gradients(grads, self._mldist_bucket_bytes, self._mldist_compression)
 
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
         pairs = list(grads_and_vars)
-        grads = self._mldist_reduce([g for g, _ in pairs])
+        grads = self._mldist_reduce([g for g, _ in pairs], [v for _, v in pairs])
         return super().apply_gradients(  # type: ignore[misc]
             zip(grads, [v for _, v in pairs], strict=True), *args, **kwargs
         )

@@ -51,7 +51,7 @@ from ..basics import (
 )
 from ..compression import Compression
 from ..objects import allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn
-from ..optimizer import DistributedOptimizer, load_model
+from ..optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
 from ..settings import start_timeline, stop_timeline
 from . import callbacks
 
@@ -140,13 +140,6 @@ def broadcast(value: Any, root_rank: int, name: str | None = None) -> Any:
 def reducescatter(value: Any, name: str | None = None, op: int = Average) -> Any:
     """Reduce over ranks and keep this rank's share of the rows."""
     return _scatter.reducescatter(_tensor(value), op=op)
-
-
-def PartialDistributedOptimizer(*args: Any, **kwargs: Any) -> Any:
-    """Refused: see mldist.horovod.PartialDistributedGradientTape."""
-    from ..tape import PartialDistributedGradientTape
-
-    return PartialDistributedGradientTape(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
