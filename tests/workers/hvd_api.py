@@ -42,7 +42,6 @@ def refusals() -> None:
 
     hvd.init()
     cases: dict[str, Callable[[], Any]] = {
-        "adasum": lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
         "process_set": lambda: hvd.allreduce(tf.ones([2]), process_set=object()),
         "add_process_set": lambda: hvd.add_process_set([0]),
         "elastic": lambda: hvd.elastic.run,

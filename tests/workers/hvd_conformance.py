@@ -90,4 +90,11 @@ check("grad_broadcast", gradient(lambda v: hvd.broadcast(v, 0)), twos if r == 0 
 check("grad_reducescatter", gradient(lambda v: hvd.reducescatter(v, op=hvd.Sum)), ones)
 check("grad_grouped_reducescatter", gradient(lambda v: hvd.grouped_reducescatter([v], op=hvd.Sum)[0]), ones)
 check("grad_grouped_allreduce", gradient(lambda v: hvd.grouped_allreduce([v])[0]), ones)
+# Adasum of [1, 0, 2] and [0, 1, 2]: a.b = 4, |a|^2 = |b|^2 = 5, so 0.6 a + 0.6 b.
+mine = tf.constant([1.0, 0.0, 2.0] if r == 0 else [0.0, 1.0, 2.0])
+check("adasum", np.round(hvd.allreduce(mine, op=hvd.Adasum).numpy(), 5), np.array([0.6, 0.6, 2.4], np.float32))
+v = tf.Variable([1.0, 1.0])
+with tf.GradientTape() as tape:
+    loss = v[r]  # orthogonal gradients: Adasum adds them ([1, 1]) where Average halves them
+check("adasum_tape", hvd.DistributedGradientTape(tape, op=hvd.Adasum).gradient(loss, [v])[0], [1.0, 1.0])
 print("RESULT " + json.dumps({"rank": r, "checks": checks}), flush=True)

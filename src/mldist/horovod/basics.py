@@ -28,7 +28,6 @@ from .pickled import gather_objects
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
 #: Horovod op -> mldist.allreduce op (Average is a sum scaled by 1/size; Adasum is refused).
 WIRE_OPS = {Average: "sum", Sum: "sum", Min: "min", Max: "max", Product: "prod"}
-ADASUM_FIX = "op=hvd.Adasum is not provided by mldist; use op=hvd.Average (the default) or hvd.Sum"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from . import basics
-from .basics import ADASUM_FIX, WIRE_OPS, Average, Sum, check_process_set
+from .basics import WIRE_OPS, Average, Sum, check_process_set
 from .compression import Compression
 from .settings import fusion_bytes
 
@@ -43,10 +43,8 @@ def resolve_op(op: int | None, average: bool | None) -> int:
         raise ConfigError("pass op= or the older average=, not both (op supersedes average)")
     if op is None:
         op = Sum if average is False else Average
-    if op == basics.Adasum:
-        raise UnsupportedError(ADASUM_FIX)
-    if op not in WIRE_OPS:
-        raise ConfigError(f"op={op!r} is not one of hvd.Average, Sum, Min, Max, Product")
+    if op not in WIRE_OPS and op != basics.Adasum:
+        raise ConfigError(f"op={op!r} is not one of hvd.Average, Sum, Adasum, Min, Max, Product")
     return op
 
 
@@ -73,6 +71,8 @@ def _average(summed: Any, n: int) -> Any:
 def reduce_dense(tensors: list[Any], op: int, prescale: float, postscale: float, compression: Any) -> list[Any]:
     """All-reduce dense tensors in one fused call, Horovod's way (scale, compress, reduce, restore)."""
     n = basics.size()
+    if op == basics.Adasum:
+        return [_scale(_adasum(_scale(t, prescale)), postscale) for t in tensors]
     sent, ctxs = [], []
     for t in tensors:
         c, ctx = compression.compress(_scale(t, prescale))
@@ -84,6 +84,14 @@ def reduce_dense(tensors: list[Any], op: int, prescale: float, postscale: float,
         r = compression.decompress(r, ctx)
         out.append(_scale(_average(r, n) if op == Average else r, postscale))
     return out
+
+
+def _adasum(t: Any) -> Any:
+    if not (t.dtype.is_floating):
+        raise ConfigError(f"op=hvd.Adasum takes floating tensors, not {t.dtype.name}")
+    from .adasum import adasum
+
+    return adasum(t, basics.size()) if basics.size() > 1 else t
 
 
 def _with_gradient(x: Any, y: Any, grad: Any) -> Any:
