@@ -14,12 +14,19 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
 def test_timeline_fusion_threshold_and_callbacks(legacy: str, tmp_path: Path) -> None:
-    # Keras 3: start_timeline/stop_timeline around 3 all-reduces; tf_keras: HOROVOD_TIMELINE, the whole run.
-    timeline = {"HOROVOD_TIMELINE": str(tmp_path / "whole.json")} if legacy == "1" else {}
-    env = clean_env(TF_USE_LEGACY_KERAS=legacy, HOROVOD_FUSION_THRESHOLD="0", HOROVOD_CYCLE_TIME="5", **timeline)
+    # Keras 3: start_timeline/stop_timeline around 3 all-reduces; tf_keras: horovodrun's --timeline-filename
+    # (HOROVOD_TIMELINE), the whole run, with its other flags.
+    timeline = legacy == "1"
+    env = clean_env(TF_USE_LEGACY_KERAS=legacy, HOROVOD_FUSION_THRESHOLD="0", HOROVOD_CYCLE_TIME="5")
+    flags = ["--timeline-filename", str(tmp_path / "whole.json"), "--log-level", "WARNING", "--start-timeout", "30"]
+    flags += ["--mpi-args", "-x MLDIST_TEST_MPI_ARG=given"]
     worker = [PY, str(WORKERS / "hvd_features.py"), str(tmp_path)]
-    res = check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], env=env, timeout=240))
+    run = ["run", "-n", "2", "--communication", "mpi", *(flags if timeline else []), "--", *worker]
+    res = check(mldist(run, env=env, timeout=240))
     rows = results(res.stdout)
+    if timeline:
+        assert [row["mpi_arg"] for row in rows] == ["given", "given"]  # --mpi-args reached mpiexec
+        assert "--start-timeout has no effect" in res.stderr
     assert [row["fused_calls"] for row in rows] == [3, 3]  # threshold 0: one collective per tensor (default: 1)
     assert [row["best_written"] for row in rows] == [True, False]  # rank 0 writes the best model
     assert [row["shared"] for row in rows] == [[1.0], [1.0]]  # rank 0's values...

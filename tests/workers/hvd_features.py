@@ -72,4 +72,5 @@ rng = np.random.default_rng(r)
 x, y = rng.random((32, 3), dtype=np.float32), rng.random((32, 1), dtype=np.float32)
 model.fit(x, y, batch_size=8, epochs=2, validation_data=(x, y), verbose=0, callbacks=callbacks)
 result = {"rank": r, "fused_calls": calls, "best_written": os.path.exists(best)} | seen
+result["mpi_arg"] = os.environ.get("MLDIST_TEST_MPI_ARG")
 print("RESULT " + json.dumps(result), flush=True)

@@ -11,7 +11,9 @@ import argparse
 import json
 import os
 import re
+import shlex
 import socket
+import sys
 from typing import Any
 
 from ..errors import ConfigError
@@ -57,6 +59,11 @@ def _add_horovodrun_flags(run: Any) -> None:
     engine = run.add_mutually_exclusive_group()
     engine.add_argument("--gloo", action="store_true", help="horovodrun's flag: TensorFlow's RING engine")
     engine.add_argument("--mpi", action="store_true", help="horovodrun's flag: the MPI engine")
+    horovodrun = "horovodrun's flag: "
+    run.add_argument("--mpi-args", type=_mpi_args, metavar="ARGS", help=horovodrun + "more mpiexec arguments")
+    run.add_argument("--timeline-filename", metavar="FILE", help=horovodrun + "HOROVOD_TIMELINE=FILE for hvd.init()")
+    run.add_argument("--log-level", type=_log_level, help=horovodrun + ", ".join(LOG_LEVELS) + " (TensorFlow's too)")
+    run.add_argument("--start-timeout", type=seconds, help=horovodrun + "accepted; mldist needs no start timeout")
 
 
 def _add_output_flags(run: Any) -> None:
@@ -198,6 +205,34 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     return (slots if nprocs is None else nprocs), hosts
 
 
+#: horovodrun's --log-level, and the TF_CPP_MIN_LOG_LEVEL that shows the same.
+LOG_LEVELS = {"TRACE": "0", "DEBUG": "0", "INFO": "0", "WARNING": "1", "ERROR": "2", "FATAL": "3"}
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
+    return text.upper()
+
+
+def _mpi_args(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def _horovodrun_env(args: argparse.Namespace) -> None:
+    """horovodrun's --timeline-filename and --log-level as the variables the workers read (they inherit them)."""
+    if args.timeline_filename:
+        os.environ["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.log_level:
+        os.environ["HOROVOD_LOG_LEVEL"] = args.log_level
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = LOG_LEVELS[args.log_level]
+    if args.start_timeout is not None:
+        print("mldist run: --start-timeout has no effect (workers do not wait for a rendezvous)", file=sys.stderr)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from ..launch.local import RunConfig, run
     from ..launch.rundir import default_run_dir
@@ -205,6 +240,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     nprocs, hosts = _placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
+    _horovodrun_env(args)
     cfg = RunConfig(
         nprocs=nprocs,
         command=command,
@@ -220,6 +256,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_dir=None if args.no_run_dir else args.run_dir or str(default_run_dir(command)),
         hosts=hosts,
         network_interface=args.network_interface,
+        mpi_args=args.mpi_args or (),
     )
     return run(cfg)
 

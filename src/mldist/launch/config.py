@@ -62,6 +62,7 @@ class RunConfig:
             for this host.
         network_interface: with ``hosts``, the interface (name, or address/CIDR as Open MPI takes
             it) that MPI and its launcher use between the hosts.
+        mpi_args: more arguments for mpiexec, before the command (horovodrun's ``--mpi-args``).
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
@@ -82,6 +83,7 @@ class RunConfig:
     run_dir: str | None = None
     hosts: tuple[tuple[str, int], ...] = ()
     network_interface: str | None = None
+    mpi_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:

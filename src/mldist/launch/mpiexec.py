@@ -58,14 +58,14 @@ def flavour(mpiexec: str) -> str:
     return "hydra" if "HYDRA" in text.upper() else "unknown"
 
 
-def mpiexec_argv(mpiexec: str, kind: str, n: int, command: Sequence[str]) -> list[str]:
-    """mpiexec starting ``n`` copies of ``command`` on this host.
+def mpiexec_argv(mpiexec: str, kind: str, n: int, command: Sequence[str], user: Sequence[str] = ()) -> list[str]:
+    """mpiexec starting ``n`` copies of ``command`` on this host (``user``: the user's own mpiexec arguments).
 
     Open MPI would bind each rank to one core and refuse more ranks than cores;
     ``mldist run`` does its own binding (``--cpu-bind``) and allows both.
     """
     extra = ["--bind-to", "none", "--map-by", ":OVERSUBSCRIBE"] if kind == "openmpi" else []
-    return [mpiexec, "-n", str(n), *extra, *command]
+    return [mpiexec, "-n", str(n), *extra, *user, *command]
 
 
 def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -163,7 +163,7 @@ class MpiexecGroup(Group):
                 os.mkfifo(self.run_dir / f"{stream}-{rank}", 0o600)
         shim = [sys.executable, "-m", "mldist.launch.shim", str(self.run_dir), "--", *cfg.command]
         self.net = self._network()
-        argv = mpiexec_argv(found, kind, cfg.nprocs, shim)
+        argv = mpiexec_argv(found, kind, cfg.nprocs, shim, cfg.mpi_args)
         with open(self.run_dir / "mpiexec.log", "wb") as log:
             self.mpiexec = subprocess.Popen(
                 self.net.enter(argv) if self.net else argv,

@@ -36,20 +36,35 @@ from .remote_shim import TERM_AS
 
 #: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).
 FORWARD: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED")
-FORWARD += ("TF_CPP_MIN_LOG_LEVEL", "OMP_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME", "http_proxy", "https_proxy")
+FORWARD += (
+    "HOROVOD_TIMELINE",
+    "HOROVOD_LOG_LEVEL",
+    "TF_CPP_MIN_LOG_LEVEL",
+    "OMP_NUM_THREADS",
+    "KMP_AFFINITY",
+    "KMP_BLOCKTIME",
+    "http_proxy",
+    "https_proxy",
+)
 FORWARD += ("no_proxy",)
 _RANK_LINE = re.compile(rb"\[([0-9]{1,6})\] (.*)", re.DOTALL)
 _FAILED = re.compile(r"\[[0-9]+\] mldist run: (rank [0-9]+ (?:exited with code|was killed by) .*?([0-9]+)\)? on \S+)")
 
 
 def remote_argv(
-    mpiexec: str, hosts: Sequence[tuple[str, int]], n: int, command: Sequence[str], names: Sequence[str]
+    mpiexec: str,
+    hosts: Sequence[tuple[str, int]],
+    n: int,
+    command: Sequence[str],
+    names: Sequence[str],
+    user: Sequence[str] = (),
 ) -> list[str]:
-    """mpiexec starting ``n`` shims of ``command`` on ``hosts``, passing on the variables ``names``."""
+    """mpiexec starting ``n`` shims of ``command`` on ``hosts``, passing on the variables ``names``
+    (``user``: the user's own mpiexec arguments)."""
     forward = [word for name in names for word in ("-x", name)]
     shim = [sys.executable, "-m", "mldist.launch.remote_shim", "--", *command]
     host_list = ",".join(f"{host}:{slots}" for host, slots in hosts)
-    return [mpiexec, "-n", str(n), "--host", host_list, "--bind-to", "none", *forward, *shim]
+    return [mpiexec, "-n", str(n), "--host", host_list, "--bind-to", "none", *forward, *user, *shim]
 
 
 def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str | None) -> dict[str, str]:
@@ -139,7 +154,7 @@ class RemoteGroup(Group):
         env = remote_env(os.environ, extra, self.interface())
         names = [n for n in (*FORWARD, *extra) if n in env]
         self.mpiexec = subprocess.Popen(
-            remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names),
+            remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names, cfg.mpi_args),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
