@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from helpers import PY, WORKERS, check, mldist, results, run_py
+from helpers import PY, WORKERS, check, clean_env, mldist, results, run_py
 
 API = str(WORKERS / "hvd_api.py")
 DTYPES = ("float16", "float32", "float64", "int32", "int64")
@@ -85,6 +85,18 @@ def test_horovods_own_test_cases_hold(engine: str) -> None:
     rows = results(check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, worker], 180)).stdout)
     assert len(rows) == 2 and rows[0]["checks"] == rows[1]["checks"]
     assert len(rows[0]["checks"]) == 25, rows[0]["checks"]
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "v1"])
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_many_collectives_in_one_graph_agree_on_every_rank(mode: str, legacy: str) -> None:
+    """Horovod's fused tests: 30 collectives evaluated at once; a TensorFlow 1 session runs them in any order."""
+    worker = [PY, str(WORKERS / "hvd_graph.py"), mode]
+    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
+    rows = results(check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], 180, env=env)).stdout)
+    assert [row["ok"] for row in rows] == [[True] * 3] * 2
+    if mode == "v1":  # object collectives and variables inside the session, too
+        assert [row["objects"] for row in rows] == [[{"from": 1}, [0, 1], [1.0]]] * 2
 
 
 def test_refused_features_say_what_to_use_instead() -> None:

@@ -20,7 +20,7 @@ from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from . import basics
 from .basics import check_process_set
-from .pickled import bytes_tensor, gather_objects, pickler
+from .pickled import bytes_tensor, evaluate, gather_objects, pickler
 
 
 def _check_root(root_rank: int) -> None:
@@ -82,10 +82,13 @@ def broadcast_object(
 
     me = basics.rank()
     data = pickler().dumps(obj) if me == root_rank else b""
-    length = runtime.broadcast(tf.constant([len(data)], tf.int64), root=root_rank)
-    payload = bytes_tensor(data) if me == root_rank else tf.zeros([int(length[0])], tf.uint8)
-    received = runtime.broadcast(payload, root=root_rank)
-    return obj if me == root_rank else pickle.loads(received.numpy().tobytes())
+    length = int(evaluate(lambda: runtime.broadcast(tf.constant([len(data)], tf.int64), root=root_rank))[0])
+
+    def payload() -> Any:
+        return bytes_tensor(data) if me == root_rank else tf.zeros([length], tf.uint8)
+
+    received = evaluate(lambda: runtime.broadcast(payload(), root=root_rank))
+    return obj if me == root_rank else pickle.loads(received.tobytes())
 
 
 def broadcast_object_fn(

@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 from .. import runtime
@@ -48,6 +49,22 @@ def bytes_tensor(data: bytes) -> Any:
     return tf.constant(np.frombuffer(data, np.uint8))
 
 
+def evaluate(build: Callable[[], Any]) -> Any:
+    """The numpy value of the tensor ``build()`` makes: eagerly, or (TensorFlow 1 graph mode) in a
+    graph and session of its own, so the user's graph gains no ops and runs none of its own.
+
+    Example::
+
+        evaluate(lambda: runtime.allgather(tf.constant([1])))   # array([1, 1]) on 2 ranks
+    """
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        return build().numpy()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        return session.run(build())
+
+
 def gather_objects(obj: Any) -> list[Any]:
     """``hvd.allgather_object`` on mldist's runtime alone (``hvd.init`` uses it before it has finished).
 
@@ -63,8 +80,8 @@ def gather_objects(obj: Any) -> list[Any]:
     import tensorflow as tf
 
     data = pickler().dumps(obj)
-    lengths = runtime.allgather(tf.constant([len(data)], tf.int64)).numpy()
-    gathered = runtime.allgather(bytes_tensor(data)).numpy().tobytes()
+    lengths = evaluate(lambda: runtime.allgather(tf.constant([len(data)], tf.int64)))
+    gathered = evaluate(lambda: runtime.allgather(bytes_tensor(data))).tobytes()
     out, start = [], 0
     for n in lengths:
         out.append(pickle.loads(gathered[start : start + int(n)]))

@@ -90,3 +90,12 @@ def read_xspace(path: Any) -> Any:
     with open(path, "rb") as fh:
         space.ParseFromString(fh.read())
     return space
+
+
+def run_after(op: Any, previous: Any) -> None:
+    """Make ``op`` run after ``previous`` (a control edge) in a TensorFlow 1 graph.
+
+    ``tf.control_dependencies`` would also mark ``previous`` with an attribute, which
+    TensorFlow warns about once a session has run it.
+    """
+    op._add_control_input(previous)

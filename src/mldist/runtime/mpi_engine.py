@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import sys
+import weakref
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement
-from . import stall
+from . import compat, stall
 from .failures import Deferred
 from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
@@ -174,13 +175,34 @@ def _watched(body: Callable[..., list[np.ndarray[Any, Any]]], what: str) -> Call
     return run
 
 
+#: The last collective op built in each TensorFlow 1 graph (see :func:`_after_previous`).
+_LAST_IN_GRAPH: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _chain(tf: Any, op: Any) -> None:
+    """In a TensorFlow 1 graph, run ``op`` after the collective built before it.
+
+    ``tf.function`` already runs stateful ops in program order; a v1 graph (``Session.run``
+    of many collectives at once) would run independent ones in any order, differently on
+    each rank. Chaining them in build order gives every rank the same order.
+    """
+    if tf.executing_eagerly() or tf.inside_function():
+        return
+    graph = tf.compat.v1.get_default_graph()
+    if (last := _LAST_IN_GRAPH.get(graph)) is not None:
+        compat.run_after(op, last)
+    _LAST_IN_GRAPH[graph] = op
+
+
 def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name: str, what: str) -> list[Any]:
     import tensorflow as tf
 
     # Autograph would otherwise convert the callback and run the converted code at every step.
     fn = tf.autograph.experimental.do_not_convert(_watched(fn, what))
     out = tf.numpy_function(fn, inputs, [t.dtype for t in inputs], stateful=True, name=name)
-    return list(out) if isinstance(out, list | tuple) else [out]
+    outs = list(out) if isinstance(out, list | tuple) else [out]
+    _chain(tf, outs[0].op)
+    return outs
 
 
 def _wire(t: Any) -> Any:
