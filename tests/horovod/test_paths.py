@@ -3,6 +3,8 @@ elastic, horovod.common) import through the alias, with the names scripts and Ho
 
 from __future__ import annotations
 
+import json
+
 from helpers import WORKERS, check, run_py
 
 
@@ -21,3 +23,9 @@ def test_horovod_module_paths_and_their_names() -> None:
         "MISSING horovod.tensorflow.nosuch this module of Horovod's TensorFlow API ",
         "ELASTIC hvd.elastic: elastic",
     ], res.stdout
+
+
+def test_horovod_run_returns_each_ranks_result() -> None:
+    res = check(run_py("-m", "mldist.horovod.alias", str(WORKERS / "hvd_run.py"), timeout=180))
+    (row,) = [json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines() if line.startswith("RESULT ")]
+    assert row["results"] == [{"rank": 0, "value": 1, "total": 3}, {"rank": 1, "value": 11, "total": 3}]

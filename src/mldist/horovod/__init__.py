@@ -146,12 +146,11 @@ REFUSED = {
     "data": "Horovod's tf.data compute service is not provided; shard input with mldist.data.shard",
     "BroadcastGlobalVariablesHook": "TensorFlow 1 session hooks are not supported; call hvd.broadcast_variables",
     "check_installed_version": "mldist is not Horovod; use mldist.__version__",
-    "run": "horovod.run(fn, np=...) is not provided; start the script with mldist run -np N",
 }
 
 
-#: Names whose module imports Keras: loaded on first use (``mldist.horovod`` itself imports no Keras).
-LAZY = {"SyncBatchNormalization": "sync_batch_norm"}
+#: Names whose module imports Keras (or the launcher): loaded on first use.
+LAZY = {"SyncBatchNormalization": "sync_batch_norm", "run": "runner"}
 
 
 def attribute(name: str, module: str) -> Any:

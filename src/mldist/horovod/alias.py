@@ -65,9 +65,17 @@ def _missing(name: str) -> str:
     )
 
 
+def installed() -> bool:
+    """Whether ``import horovod...`` loads mldist's modules in this process.
+
+    By class name: ``python -m mldist.horovod.alias`` installs the class of ``__main__``.
+    """
+    return any(type(f).__name__ == _HorovodAlias.__name__ for f in sys.meta_path)
+
+
 def install() -> None:
     """Make ``import horovod...`` load mldist's modules in this process (idempotent)."""
-    if not any(isinstance(f, _HorovodAlias) for f in sys.meta_path):
+    if not installed():
         sys.meta_path.insert(0, _HorovodAlias())
 
 

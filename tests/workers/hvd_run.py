@@ -1,0 +1,20 @@
+"""horovod.run(fn, np=2) as a Horovod user writes it (run through the import alias): prints RESULT."""
+
+from __future__ import annotations
+
+import json
+
+import horovod
+
+
+def train(scale: int, offset: int = 0) -> dict[str, int]:
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    total = int(hvd.allreduce(tf.constant(hvd.rank() + 1), op=hvd.Sum))
+    return {"rank": hvd.rank(), "value": hvd.rank() * scale + offset, "total": total}
+
+
+results = horovod.run(train, args=(10,), kwargs={"offset": 1}, np=2, use_mpi=True)
+print("RESULT " + json.dumps({"results": results}), flush=True)
