@@ -105,7 +105,6 @@ def test_refused_features_say_what_to_use_instead() -> None:
     expected = {
         "process_set": "global process set",
         "add_process_set": "own job",
-        "elastic": "--max-restarts",
         "v1_optimizer": "Keras optimizer",
         "global_variables": "broadcast_variables",
         "init_sub_world": "-n 3",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import PY, WORKERS, check, clean_env, mldist, results
@@ -49,3 +50,38 @@ def test_local_layers_keep_their_gradients(legacy: str) -> None:
     assert [row["tape"] for row in rows] == [[1.5, 0.5], [1.5, 1.0]]  # mean of 1 and 2; own x / 2
     assert rows[0]["fit_shared"] == rows[1]["fit_shared"]  # averaged gradients: the same everywhere
     assert rows[0]["fit_local"] != rows[1]["fit_local"]  # each rank's own data moves its own layer
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_join_with_uneven_data_as_in_horovod(legacy: str) -> None:
+    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
+    worker = [PY, str(WORKERS / "hvd_join.py")]
+    res = check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], env=env, timeout=240))
+    r0, r1 = results(res.stdout)
+    # Loop: 2 common steps of mean gradient 2 (w = -3), then rank 1 alone with 3 / 2 twice (w = -6).
+    assert (r0["loop_w"], r1["loop_w"]) == (-3.0, -6.0)
+    assert r0["loop_last"] == r1["loop_last"] == 1 and r0["fit_last"] == r1["fit_last"] == 1
+    assert r1["average"] == [1.0, 2.0]  # Horovod's own join test: tensor * (size - 1) / size
+    assert r1["broadcast_failed"] is True
+
+
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_elastic_state_resumes_exactly_after_kill_9(legacy: str, tmp_path: Path) -> None:
+    """hvd.elastic on a fixed world: a rank killed with SIGKILL, the group restarted from the last commit."""
+    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
+    runs, out = {}, {}
+    for mode in ("whole", "kill"):
+        args = ["run", "-n", "2", "--communication", "mpi", "--max-restarts", "1", "--run-dir", str(tmp_path / mode)]
+        res = check(mldist([*args, "--", PY, str(WORKERS / "hvd_elastic.py"), mode], env=env, timeout=300))
+        runs[mode], out[mode] = results(res.stdout), res.stdout
+    assert "restarting the group (1 of 1)" in res.stderr
+    assert [row["restart"] for row in runs["kill"]] == ["1", "1"] and [row["resets"] for row in runs["kill"]] == [
+        [2]
+    ] * 2
+    for row in runs["kill"]:  # weights and momentum came back: the same weights as without the kill
+        for got, want in zip(row["weights"], runs["whole"][0]["weights"], strict=True):
+            assert np.allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert (tmp_path / "kill" / "elastic-state.pkl").stat().st_mode & 0o077 == 0  # owner-only
+    # The whole run also went through Horovod's elastic Keras callbacks in fit.
+    calls = [json.loads(line.split("CALLBACKS ", 1)[1]) for line in out["whole"].splitlines() if "CALLBACKS " in line]
+    assert sorted((c["rank"], c["epoch"], c["batch"]) for c in calls) == [(0, 3, 0), (1, 3, 0)]

@@ -21,7 +21,8 @@ def test_horovod_module_paths_and_their_names() -> None:
         "EXCEPTIONS True True",
         "MISSING horovod.torch mldist provides Horovod's TensorFlow and",
         "MISSING horovod.tensorflow.nosuch this module of Horovod's TensorFlow API ",
-        "ELASTIC hvd.elastic: elastic",
+        "ELASTIC True True",
+        "ELASTIC_ATTR True True",
     ], res.stdout
 
 

@@ -31,9 +31,8 @@ for module in ("horovod.torch", "horovod.tensorflow.nosuch"):
         print("MISSING", module, type(exc).__name__)
     except NotImplementedError as exc:
         print("MISSING", module, str(exc).split(": ", 1)[1][:40])
-try:
-    import horovod.tensorflow.elastic as elastic
+import horovod.tensorflow.elastic as elastic  # noqa: E402
+import horovod.tensorflow.keras.elastic as keras_elastic  # noqa: E402
 
-    elastic.run  # noqa: B018
-except NotImplementedError as exc:
-    print("ELASTIC", str(exc)[:20])
+print("ELASTIC", elastic.run is keras_elastic.run, keras_elastic.KerasState is elastic.TensorFlowKerasState)
+print("ELASTIC_ATTR", hvd_keras.elastic is keras_elastic, hvd.elastic is elastic)

@@ -139,7 +139,6 @@ __all__ = [
 
 #: Horovod names mldist deliberately does not provide, with what to use instead.
 REFUSED = {
-    "elastic": "elastic training is not supported; use mldist run --max-restarts K with mldist checkpoints",
     "ProcessSet": "process sets are not supported; run a subgroup of ranks as its own job",
     "add_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
     "remove_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
@@ -155,10 +154,12 @@ LAZY = {"SyncBatchNormalization": "sync_batch_norm", "run": "runner"}
 
 def attribute(name: str, module: str) -> Any:
     """A module's ``__getattr__``: a :data:`LAZY` name, or the refusal of :func:`refused`."""
-    if name in LAZY:
-        import importlib
+    import importlib
 
+    if name in LAZY:
         return getattr(importlib.import_module(f"{__name__}.{LAZY[name]}"), name)
+    if name == "elastic":  # hvd.elastic without importing it first, as Horovod's modules allow
+        return importlib.import_module(f"{module}.elastic")
     raise refused(name, module)
 
 

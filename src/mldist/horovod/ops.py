@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from . import basics
@@ -271,13 +273,20 @@ def barrier(process_set: Any = None) -> None:
 def join(device: str = "") -> Any:
     """Wait until every rank has joined; the rank that joined last (an int32 tensor).
 
-    mldist's ranks run the same collectives in the same order, so ``join`` is a
-    collective too: call it at the same point on every rank (give every rank the
-    same number of steps; ``mldist.data`` shards evenly). A rank that joins while
-    the others still reduce gradients is stopped with a message naming both.
+    On the MPI engine, as in Horovod: a rank that ran out of data joins and, until every
+    rank has, answers the others' all-reduces with zeros (an average still divides by the
+    world size); a broadcast or allgather on the others fails meanwhile. On RING/NCCL
+    ``join`` is a collective: call it at the same point on every rank.
     """
-    basics.context()
+    ctx = basics.context()
     tf = _tf()
+    if ctx.size > 1 and ctx.communication == "mpi":
+        from ..runtime import mpi_engine
+
+        if tf.executing_eagerly():
+            return tf.constant(mpi_engine.join(), tf.int32)
+        last = tf.numpy_function(lambda: np.int32(mpi_engine.join()), [], tf.int32, stateful=True)
+        return tf.reshape(last, [])
     stamp = tf.constant([[time.time(), float(basics.rank())]], tf.float64)
     stamps = runtime.allgather(stamp)
     return tf.cast(stamps[tf.argmax(stamps[:, 0]), 1], tf.int32)

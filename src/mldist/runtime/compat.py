@@ -99,3 +99,11 @@ def run_after(op: Any, previous: Any) -> None:
     TensorFlow warns about once a session has run it.
     """
     op._add_control_input(previous)
+
+
+def build_optimizer(optimizer: Any, variables: list[Any]) -> None:
+    """Make an optimizer's slots for ``variables`` now (Keras 3, tf_keras, tf_keras's legacy optimizers)."""
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras's legacy optimizers
+        optimizer._create_all_weights(variables)
+    elif hasattr(optimizer, "build"):
+        optimizer.build(variables)

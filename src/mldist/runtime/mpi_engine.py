@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement
-from . import compat, stall
+from . import compat, mpi_join, stall
 from .failures import Deferred
 from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
@@ -118,12 +118,13 @@ _SIGNATURES: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}
 
 
 def _signature(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
-    """``[kind, arg, count, crc(layout)]`` and its negation: one MAX all-reduce gives the maximum and minimum."""
+    """``[kind, arg, count, crc(layout)]``, its negation, "not joined" and ``-rank``: one MAX all-reduce
+    gives the maximum and minimum, whether a rank has joined, and the lowest active rank."""
     key = (kind, arg, *((a.dtype.num, a.size) for a in arrays))
     if key not in _SIGNATURES:
         layout = np.array(key[2:], np.int64).tobytes()
         sig = np.array([_KINDS[kind], arg, len(arrays), zlib.crc32(layout)], np.int64)
-        _SIGNATURES[key] = np.concatenate([sig, -sig])
+        _SIGNATURES[key] = np.concatenate([sig, -sig, [0, -_World.comm.Get_rank()]])
     both: np.ndarray[Any, Any] = _SIGNATURES[key].copy()
     return both
 
@@ -139,7 +140,10 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
 
     both = _signature(kind, arg, arrays)
     _World.comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
-    if np.array_equal(both[:4], -both[4:]):
+    agreed = np.array_equal(both[:4], -both[4:8])
+    if both[8]:  # a rank has joined (hvd.join): it answers all-reduces, nothing else
+        return _with_joined(kind, arrays, agreed, int(-both[9]))
+    if agreed:
         return True
     everyone = _World.comm.allgather(what())  # all ranks take this path together
     listed = "; ".join(f"rank {r}: {w}" for r, w in enumerate(everyone))
@@ -151,6 +155,39 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     if Deferred.note(line):
         return False  # an eager call raises it when its graph returns; skip the data collective
     raise CollectiveMismatch(line)
+
+
+def _with_joined(kind: str, arrays: Sequence[np.ndarray[Any, Any]], agreed: bool, sender: int) -> bool:
+    """With a rank joined: send an all-reduce's layout to it (True), or fail as Horovod does (raise/False)."""
+    if agreed and _KINDS[kind] in mpi_join.REDUCE_CODES:
+        mpi_join.layout(_World.comm, sender, arrays)
+        return True
+    line = (
+        f"{kind} while a rank has joined (hvd.join): only all-reduces go on until every rank has joined"
+        if agreed
+        else "workers passed tensors of different shapes or dtypes to one collective while a rank has joined"
+    )
+    if Deferred.note(line):
+        return False
+    raise CollectiveMismatch(line)
+
+
+def join() -> int:
+    """Horovod's join on this engine: answer the others' all-reduces until all have joined; the last to join."""
+    departures = _World.departures
+    token: list[Any] = []
+
+    def begin() -> None:
+        if departures is not None:
+            departures.begin("join")
+        token.append(stall.begin("join"))
+
+    def end() -> None:
+        stall.end(token.pop())
+        if departures is not None:
+            departures.end()
+
+    return mpi_join.join_rounds(_World.comm, _World.comm.Get_rank(), begin, end)
 
 
 def _describe(kind: str, arrays: Sequence[np.ndarray[Any, Any]]) -> Callable[[], str]:

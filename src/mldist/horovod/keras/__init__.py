@@ -51,6 +51,7 @@ from ..basics import (
 )
 from ..compression import Compression
 from ..objects import allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn
+from ..ops import join
 from ..optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
 from ..settings import start_timeline, stop_timeline
 from . import callbacks
@@ -84,6 +85,7 @@ __all__ = [
     "init",
     "is_homogeneous",
     "is_initialized",
+    "join",
     "load_model",
     "local_rank",
     "local_size",

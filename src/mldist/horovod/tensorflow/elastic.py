@@ -1,11 +1,21 @@
-"""``horovod.tensorflow.elastic``'s path: present so imports work; its names say what to use instead."""
+"""``horovod.tensorflow.elastic``'s path (see :mod:`mldist.horovod.elastic`)."""
 
-from typing import Any
+from ..elastic import (
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    ObjectState,
+    State,
+    TensorFlowKerasState,
+    TensorFlowState,
+    run,
+)
 
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):  # the import system's questions (``__path__``, ...)
-        raise AttributeError(name)
-    from .. import refused
-
-    raise refused("elastic", __name__)
+__all__ = [
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "ObjectState",
+    "State",
+    "TensorFlowKerasState",
+    "TensorFlowState",
+    "run",
+]

@@ -1,0 +1,290 @@
+"""Horovod's elastic API on a fixed world: commit, restore and resume after a failure.
+
+mldist's worlds do not grow or shrink while running (say so to users: docs/horovod.md).
+What Horovod's elastic scripts rely on still holds: ``state.commit()`` keeps a copy of the
+state in memory and on disk (rank 0 writes ``elastic-state.pkl`` in the run directory,
+atomically, owner-only; ``-2``, ``-3``, ... for later ``elastic.run`` calls). When a worker
+fails, ``mldist run --max-restarts K`` (or a requeued batch job) starts every rank again,
+and ``@hvd.elastic.run`` resumes from the last commit: rank 0 reads it, ``sync`` broadcasts
+it, the reset callbacks fire, and the function is called again with the restored state.
+A first start ignores commit files left by earlier runs.
+
+Example::
+
+    state = hvd.elastic.TensorFlowKerasState(model, optimizer, epoch=0)
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, 5):
+            train_one_epoch()
+            state.commit()
+
+    train(state)
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import pickle
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..files import atomic_write
+from ..runtime import compat
+from . import basics
+from .common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from .objects import broadcast_object, broadcast_variables
+
+__all__ = [
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "ObjectState",
+    "State",
+    "TensorFlowKerasState",
+    "TensorFlowState",
+    "restarted",
+    "run",
+    "state_path",
+]
+STATE_FILE = "elastic-state.pkl"
+
+
+def state_path(env: dict[str, str] | None = None, number: int = 1) -> Path:
+    """Where the ``number``-th ``elastic.run`` of the script commits: ``MLDIST_ELASTIC_DIR``, else the
+    run directory, else the current one.
+
+    Example:
+        >>> str(state_path({"MLDIST_RUN_DIR": "runs/a"})), state_path({}, 2).name
+        ('runs/a/elastic-state.pkl', 'elastic-state-2.pkl')
+    """
+    env = dict(os.environ) if env is None else env
+    name = STATE_FILE if number == 1 else STATE_FILE.replace(".pkl", f"-{number}.pkl")
+    return Path(env.get("MLDIST_ELASTIC_DIR") or env.get("MLDIST_RUN_DIR") or ".") / name
+
+
+def restarted(env: dict[str, str] | None = None) -> bool:
+    """Whether this process is a restart (``mldist run --max-restarts``, a requeued Slurm job).
+
+    Example:
+        >>> restarted({"MLDIST_RESTART": "1"}), restarted({"MLDIST_RESTART": "0"})
+        (True, False)
+    """
+    env = dict(os.environ) if env is None else env
+    counts = (env.get("MLDIST_RESTART", ""), env.get("SLURM_RESTART_COUNT", ""))
+    return any(c.isdigit() and int(c) > 0 for c in counts)
+
+
+_RUNS = [0]  # elastic.run calls in this process: each has its own commit file
+
+
+class State:
+    """What an elastic script keeps: commit (memory and disk), restore, sync, reset callbacks."""
+
+    def __init__(self) -> None:
+        self._reset_callbacks: list[Callable[[], None]] = []
+        self._path = state_path()
+
+    def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
+        """Functions called after the state was restored from a commit (after a restart)."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self) -> None:
+        """Keep the state: in memory for :meth:`restore`, and on disk (rank 0) for a restarted job."""
+        self.save()
+        if basics.rank() == 0:
+            atomic_write(self._path, pickle.dumps(self.snapshot()), mode=0o600)
+        self.check_host_updates()
+
+    def check_host_updates(self) -> None:
+        """Nothing to check: the world is fixed (HostsUpdatedInterrupt never comes)."""
+
+    def resume(self, number: int = 1) -> bool:
+        """After a restart, on rank 0, load the last commit of the ``number``-th ``elastic.run``;
+        whether it did (collective). A first start ignores files left by earlier runs."""
+        self._path = state_path(number=number)
+        found = basics.rank() == 0 and restarted() and self._path.is_file()
+        if found:
+            self.load(pickle.loads(self._path.read_bytes()))
+            self.save()
+        return bool(broadcast_object(found, root_rank=0))
+
+    def save(self) -> None:
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def snapshot(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load(self, snapshot: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class ObjectState(State):
+    """Picklable Python values as attributes (``epoch``, ``batch``, ...), Horovod's ``ObjectState``.
+
+    Args:
+        bcast_object, get_rank: accepted for Horovod's signature.
+        **kwargs: the values, e.g. ``epoch=0, batch=0``.
+    """
+
+    def __init__(self, bcast_object: Any = None, get_rank: Any = None, **kwargs: Any) -> None:
+        super().__init__()
+        self._names = list(kwargs)
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+        self._saved = copy.deepcopy(kwargs)
+
+    def _values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._names}
+
+    def save(self) -> None:
+        self._saved = copy.deepcopy(self._values())
+
+    def restore(self) -> None:
+        for name, value in copy.deepcopy(self._saved).items():
+            setattr(self, name, value)
+
+    def sync(self) -> None:
+        """Every rank takes rank 0's values."""
+        for name, value in broadcast_object(self._values(), root_rank=0).items():
+            setattr(self, name, value)
+        self.save()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"values": self._values()}
+
+    def load(self, snapshot: dict[str, Any]) -> None:
+        for name, value in snapshot["values"].items():
+            setattr(self, name, value)
+
+
+class TensorFlowState(ObjectState):
+    """Variables and Python values, Horovod's ``TensorFlowState``.
+
+    Args:
+        variables: the variables to keep (e.g. ``model.variables``).
+        session: accepted for Horovod's signature (TensorFlow 1).
+    """
+
+    def __init__(self, variables: Any = None, session: Any = None, **kwargs: Any) -> None:
+        self._variables_given = list(variables or [])
+        self._held: list[Any] = []
+        super().__init__(**kwargs)
+
+    def _variables(self) -> list[Any]:
+        return self._variables_given
+
+    def save(self) -> None:
+        super().save()
+        self._held = [v.numpy() for v in self._variables()]
+
+    def restore(self) -> None:
+        super().restore()
+        self._assign(self._held)
+
+    def _assign(self, values: list[Any]) -> None:
+        variables = self._variables()
+        if len(values) == len(variables):
+            for var, value in zip(variables, values, strict=True):
+                var.assign(value)
+
+    def sync(self) -> None:
+        if self._variables():
+            broadcast_variables(self._variables(), root_rank=0)
+        super().sync()
+
+    def snapshot(self) -> dict[str, Any]:
+        return super().snapshot() | {"variables": [v.numpy() for v in self._variables()]}
+
+    def load(self, snapshot: dict[str, Any]) -> None:
+        super().load(snapshot)
+        self._assign(snapshot["variables"])
+
+
+class TensorFlowKerasState(TensorFlowState):
+    """A Keras model, its optimizer and Python values, Horovod's ``TensorFlowKerasState`` (``KerasState``).
+
+    Args:
+        model: the Keras model; ``state.model`` afterwards.
+        optimizer: its optimizer (default ``model.optimizer``); its slots are kept once it has built them.
+        backend: accepted for Horovod's signature.
+    """
+
+    def __init__(self, model: Any, optimizer: Any = None, backend: Any = None, **kwargs: Any) -> None:
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        super().__init__(**kwargs)
+
+    def _variables(self) -> list[Any]:
+        from .callbacks import _optimizer_variables
+
+        optimizer = self.optimizer or getattr(self.model, "optimizer", None)
+        return list(self.model.weights) + (_optimizer_variables(optimizer) if optimizer is not None else [])
+
+    def sync(self) -> None:
+        """Every rank takes rank 0's weights, optimizer slots (built everywhere if rank 0 has them) and values."""
+        optimizer = self.optimizer or getattr(self.model, "optimizer", None)
+        if optimizer is not None and broadcast_object(_built(optimizer), root_rank=0):
+            _build(optimizer, self.model)
+        super().sync()
+
+    def _assign(self, values: list[Any]) -> None:
+        weights = list(self.model.weights)
+        self.model.set_weights(values[: len(weights)])
+        optimizer = self.optimizer or getattr(self.model, "optimizer", None)
+        rest = values[len(weights) :]
+        if optimizer is not None and rest:
+            _build(optimizer, self.model)
+            super()._assign(values)  # all variables at once, now that the optimizer's exist
+
+
+def _built(optimizer: Any) -> bool:
+    """Whether the optimizer has made its variables (Keras 3, tf_keras and its legacy optimizers alike)."""
+    for flag in ("built", "_built"):  # Keras 3; tf_keras (set by its build)
+        if isinstance(getattr(optimizer, flag, None), bool):
+            return bool(getattr(optimizer, flag))
+    if hasattr(optimizer, "_create_all_weights"):  # tf_keras's legacy optimizers: slots exist once made
+        from .callbacks import _optimizer_variables
+
+        return len(_optimizer_variables(optimizer)) > 1
+    return False
+
+
+def _build(optimizer: Any, model: Any) -> None:
+    """Create the optimizer's slots (a restored state carries them before the first step has)."""
+    if _built(optimizer):
+        return
+    compat.build_optimizer(optimizer, list(model.trainable_variables))
+
+
+def run(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Horovod's ``@hvd.elastic.run``: resume from the last commit (after a restart), sync, then call.
+
+    Example::
+
+        @hvd.elastic.run
+        def train(state): ...
+    """
+
+    @functools.wraps(func)
+    def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
+        _RUNS[0] += 1
+        resumed = state.resume(_RUNS[0])
+        state.sync()
+        if resumed:
+            state.on_reset()
+        return func(state, *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,90 @@
+"""Horovod's ``join`` on the MPI engine: a rank out of data answers the others' all-reduces.
+
+A rank that calls :func:`join_rounds` stops issuing collectives and, round after round,
+joins the others' agreement all-reduce with a "joined" signature (the smallest int64, so
+MAX ignores it) and a flag. Active ranks that see the flag send the collective's layout
+(dtypes and sizes) from the lowest active rank; the joined ranks then take part in the
+data all-reduce with the operation's identity (0 for sums, so an average over the world
+counts them as zeros, as in Horovod's own test of join). Other collectives (broadcast,
+allgather) fail on the active ranks while a rank has joined, as in Horovod. When a round
+finds no active rank, every rank has joined; they return the rank that joined last.
+
+Example::
+
+    last = join_rounds(comm, rank, begin, end)    # in a rank that ran out of batches
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: What a joined rank puts in the agreement all-reduce: the smallest int64 (ignored by MAX).
+JOINED = np.iinfo(np.int64).min
+#: Agreement codes of the all-reduces joined ranks answer (see mpi_engine._KINDS).
+REDUCE_CODES = {1: "sum", 2: "max", 3: "min", 6: "prod"}
+_KINDS_OF_BUFFER = ("float16", "float32", "float64", "complex64", "complex128", "int8", "uint8", "int16")
+_DTYPES: dict[int, np.dtype[Any]] = {
+    np.dtype(name).num: np.dtype(name) for name in (*_KINDS_OF_BUFFER, "uint16", "int32", "uint32", "int64", "uint64")
+}
+
+
+def identity(op: str, dtype: np.dtype[Any]) -> Any:
+    """The value that leaves ``op`` unchanged: what a joined rank contributes.
+
+    Example:
+        >>> identity("sum", np.dtype(np.float32)), identity("max", np.dtype(np.int8))
+        (0, -128)
+    """
+    if op in ("sum", "prod"):
+        return 0 if op == "sum" else 1
+    info: Any = np.finfo(dtype) if dtype.kind in "fc" else np.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
+def layout(comm: Any, sender: int, arrays: Sequence[np.ndarray[Any, Any]] | None) -> list[tuple[int, int]]:
+    """``sender``'s ``(dtype number, size)`` per buffer, on every rank (two broadcasts; collective)."""
+    mine = np.array([x for a in arrays or () for x in (a.dtype.num, a.size)], np.int64)
+    count = np.array([mine.size], np.int64)
+    comm.Bcast(count, sender)
+    body = mine if comm.Get_rank() == sender else np.empty(int(count[0]), np.int64)
+    comm.Bcast(body, sender)
+    return [(int(body[i]), int(body[i + 1])) for i in range(0, body.size, 2)]
+
+
+def answer(comm: Any, code: int, shapes: list[tuple[int, int]], mpi_ops: dict[str, Any]) -> None:
+    """A joined rank's part in an all-reduce: the identity of the operation, in each buffer's layout."""
+    from mpi4py import MPI
+
+    op = REDUCE_CODES[code]
+    for num, size in shapes:
+        dtype = _DTYPES[num]
+        comm.Allreduce(MPI.IN_PLACE, np.full(size, identity(op, dtype), dtype), mpi_ops[op])
+
+
+def join_rounds(comm: Any, rank: int, begin: Callable[[], None], end: Callable[[], None]) -> int:
+    """Answer the other ranks' all-reduces until every rank has joined; the rank that joined last.
+
+    ``begin``/``end`` mark each round as a collective in flight (departures, stall watch).
+    """
+    from mpi4py import MPI
+
+    mpi_ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}
+    joined_at = time.time()
+    while True:
+        begin()
+        try:
+            both = np.full(10, JOINED, np.int64)
+            both[8] = 1
+            comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+            if both[0] == JOINED:  # no active rank is left: everyone has joined
+                stamps = comm.allgather((joined_at, rank))
+                return int(max(stamps)[1])
+            agreed = np.array_equal(both[:4], -both[4:8])
+            if agreed and int(both[0]) in REDUCE_CODES:
+                answer(comm, int(both[0]), layout(comm, int(-both[9]), None), mpi_ops)
+        finally:
+            end()
