@@ -48,15 +48,19 @@ def _elements(inputs: Any, axes: Any) -> Any:
     return tf.reduce_prod(tf.gather(shape, list(axes)))
 
 
+def _arguments(fused: bool | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The layer's arguments: Horovod refuses ``fused`` (the fused kernel cannot share statistics)."""
+    if fused in (True, None):
+        raise ValueError("SyncBatchNormalization does not support fused=True")
+    return {"name": "sync_batch_normalization", **kwargs}
+
+
 def _keras3_class(base: type) -> type:
     class SyncBatchNormalization(base):  # type: ignore[misc, valid-type]
         """Batch normalization whose training statistics cover every rank's batch."""
 
         def __init__(self, fused: bool | None = False, **kwargs: Any) -> None:
-            if fused in (True, None):
-                raise ValueError("SyncBatchNormalization does not support fused=True")
-            kwargs.setdefault("name", "sync_batch_normalization")
-            super().__init__(**kwargs)
+            super().__init__(**_arguments(fused, kwargs))
 
         def _moments(self, inputs: Any, mask: Any) -> Any:
             mean, variance = super()._moments(inputs, mask)
@@ -72,10 +76,7 @@ def _legacy_class(base: type) -> type:
         """Batch normalization whose training statistics cover every rank's batch."""
 
         def __init__(self, fused: bool | None = False, **kwargs: Any) -> None:
-            if fused in (True, None):
-                raise ValueError("SyncBatchNormalization does not support fused=True")
-            kwargs.setdefault("name", "sync_batch_normalization")
-            super().__init__(fused=False, **kwargs)
+            super().__init__(fused=False, **_arguments(fused, kwargs))
 
         def _moments(self, inputs: Any, reduction_axes: Any, keep_dims: bool, **kwargs: Any) -> Any:
             mean, variance = super()._moments(inputs, reduction_axes, keep_dims=keep_dims, **kwargs)

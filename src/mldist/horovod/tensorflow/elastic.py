@@ -1,21 +1,6 @@
 """``horovod.tensorflow.elastic``'s path (see :mod:`mldist.horovod.elastic`)."""
 
-from ..elastic import (
-    HorovodInternalError,
-    HostsUpdatedInterrupt,
-    ObjectState,
-    State,
-    TensorFlowKerasState,
-    TensorFlowState,
-    run,
-)
+from ..elastic import *  # noqa: F403
+from ..elastic import __all__ as _all
 
-__all__ = [
-    "HorovodInternalError",
-    "HostsUpdatedInterrupt",
-    "ObjectState",
-    "State",
-    "TensorFlowKerasState",
-    "TensorFlowState",
-    "run",
-]
+__all__ = list(_all)
