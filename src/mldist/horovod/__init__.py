@@ -163,10 +163,14 @@ def attribute(name: str, module: str) -> Any:
     raise refused(name, module)
 
 
+class RefusedName(UnsupportedError, AttributeError):
+    """A Horovod name mldist refuses: a NotImplementedError that ``hasattr`` (and pytest) read as absent."""
+
+
 def refused(name: str, module: str) -> Exception:
     """The error for ``module.name``: a clear refusal for known Horovod names, else AttributeError."""
     if name in REFUSED:
-        return UnsupportedError(f"hvd.{name}: {REFUSED[name]} (mldist.horovod)")
+        return RefusedName(f"hvd.{name}: {REFUSED[name]} (mldist.horovod)")
     return AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
