@@ -103,8 +103,6 @@ def test_refused_features_say_what_to_use_instead() -> None:
     res = check(run_py(API, "refusals", timeout=120))
     refused = dict(line.split(": ", 1) for line in res.stdout.splitlines() if line.startswith("REFUSED "))
     expected = {
-        "process_set": "global process set",
-        "add_process_set": "own job",
         "v1_optimizer": "Keras optimizer",
         "global_variables": "broadcast_variables",
         "init_sub_world": "-n 3",

@@ -42,8 +42,6 @@ def refusals() -> None:
 
     hvd.init()
     cases: dict[str, Callable[[], Any]] = {
-        "process_set": lambda: hvd.allreduce(tf.ones([2]), process_set=object()),
-        "add_process_set": lambda: hvd.add_process_set([0]),
         "v1_optimizer": lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)),
         "global_variables": lambda: hvd.broadcast_global_variables(0),
         "init_sub_world": lambda: hvd.init(comm=[0, 1, 2]),

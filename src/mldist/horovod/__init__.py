@@ -26,6 +26,7 @@ from .basics import (
     Average,
     Max,
     Min,
+    ProcessSet,
     Product,
     Sum,
     ccl_built,
@@ -36,7 +37,6 @@ from .basics import (
     global_process_set,
     gloo_built,
     gloo_enabled,
-    init,
     is_homogeneous,
     is_initialized,
     local_rank,
@@ -74,6 +74,7 @@ from .ops import (
     size_op,
 )
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
+from .process_sets import add_process_set, init, remove_process_set
 from .scatter import alltoall, grouped_reducescatter, reducescatter
 from .settings import start_timeline, stop_timeline
 from .tape import DistributedGradientTape, PartialDistributedGradientTape
@@ -89,8 +90,10 @@ __all__ = [
     "Min",
     "PartialDistributedGradientTape",
     "PartialDistributedOptimizer",
+    "ProcessSet",
     "Product",
     "Sum",
+    "add_process_set",
     "allgather",
     "allgather_object",
     "allreduce",
@@ -129,6 +132,7 @@ __all__ = [
     "rank",
     "rank_op",
     "reducescatter",
+    "remove_process_set",
     "rocm_built",
     "shutdown",
     "size",
@@ -139,9 +143,6 @@ __all__ = [
 
 #: Horovod names mldist deliberately does not provide, with what to use instead.
 REFUSED = {
-    "ProcessSet": "process sets are not supported; run a subgroup of ranks as its own job",
-    "add_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
-    "remove_process_set": "process sets are not supported; run a subgroup of ranks as its own job",
     "data": "Horovod's tf.data compute service is not provided; shard input with mldist.data.shard",
     "BroadcastGlobalVariablesHook": "TensorFlow 1 session hooks are not supported; call hvd.broadcast_variables",
     "check_installed_version": "mldist is not Horovod; use mldist.__version__",

@@ -14,13 +14,15 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 from .. import runtime
-from ..errors import NotInitializedError, UnsupportedError
+from ..errors import ConfigError, NotInitializedError, UnsupportedError
 from ..placement import detect
 from .pickled import gather_objects
 
@@ -39,11 +41,53 @@ class Nodes:
     homogeneous: bool
 
 
-class _ProcessSet:
-    """The one process set mldist has: every rank (Horovod's ``global_process_set``)."""
+class ProcessSet:
+    """Horovod's process set: some ranks that run collectives among themselves (MPI engine).
 
-    process_set_id = 0
-    ranks = None
+    Args:
+        ranks_or_comm: world ranks, or an mpi4py communicator whose ranks form the set.
+
+    Example::
+
+        evens = hvd.add_process_set([0, 2])
+        hvd.allreduce(x, process_set=evens)     # on ranks 0 and 2 only
+    """
+
+    def __init__(self, ranks_or_comm: Any) -> None:
+        if hasattr(ranks_or_comm, "Get_group"):  # an mpi4py communicator: its members' world ranks
+            from mpi4py import MPI
+
+            group = ranks_or_comm.Get_group()
+            ranks_or_comm = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), MPI.COMM_WORLD.Get_group())
+        self.ranks: list[int] | None = sorted({int(r) for r in ranks_or_comm})
+        self.process_set_id: int | None = None
+        self.subset: Any = None
+
+    def size(self) -> int:
+        return len(self.ranks or ())
+
+    def rank(self) -> int:
+        """This rank's place in the set (-1 outside it)."""
+        return self.ranks.index(rank()) if self.included() and self.ranks else -1
+
+    def included(self) -> bool:
+        return rank() in (self.ranks or ())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProcessSet) and self.ranks == other.ranks
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.ranks or ()))
+
+    def __repr__(self) -> str:
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+
+class _ProcessSet(ProcessSet):
+    """Every rank (Horovod's ``global_process_set``, id 0)."""
+
+    def __init__(self) -> None:
+        self.ranks, self.process_set_id, self.subset = None, 0, None
 
     def size(self) -> int:
         return size()
@@ -86,12 +130,49 @@ def _discover_nodes(ctx: runtime.Context) -> Nodes:
 
 
 def check_process_set(process_set: Any) -> None:
-    """Refuse every process set but the global one."""
-    if process_set is not None and process_set is not global_process_set:
-        raise UnsupportedError(
-            f"process_set={process_set!r}: mldist has only the global process set; "
-            "start a separate job (or mldist run) for a subgroup of ranks"
-        )
+    """Raise unless ``process_set`` is None, the global set, or a registered set this rank is in."""
+    if process_set is None or process_set is global_process_set:
+        return
+    if not isinstance(process_set, ProcessSet):
+        raise ConfigError(f"process_set={process_set!r}: pass a hvd.ProcessSet (hvd.add_process_set([0, 1]))")
+    if process_set.process_set_id is None:
+        raise ConfigError(f"{process_set!r} is not registered: hvd.add_process_set(...) or init(process_sets=...)")
+    if not process_set.included():
+        raise ConfigError(f"rank {rank()} is not in {process_set!r}; only its ranks may run its collectives")
+
+
+def scope(process_set: Any) -> Any:
+    """A context in which collectives run over ``process_set`` (checked as :func:`check_process_set`)."""
+    from ..runtime import subsets
+
+    check_process_set(process_set)
+    return subsets.within(None if process_set is None else process_set.subset)
+
+
+def honours_process_set(fn: Any) -> Any:
+    """``fn`` run inside :func:`scope` of its ``process_set`` argument."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with scope(signature.bind_partial(*args, **kwargs).arguments.get("process_set")):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def set_size() -> int:
+    """Ranks of the process set collectives run over now (the world outside a scope)."""
+    from ..runtime.collectives import world
+
+    return world()[0]
+
+
+def set_rank() -> int:
+    """This rank within the process set collectives run over now."""
+    from ..runtime.collectives import world
+
+    return world()[1]
 
 
 def _check_comm(comm: Any) -> None:
@@ -121,16 +202,12 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 
     Args:
         comm: None, a list of all ranks, or an mpi4py communicator spanning the whole world.
-        process_sets: None (process sets other than the global one are refused).
+        process_sets: see :func:`mldist.horovod.process_sets.init` (``hvd.init``), which registers them.
 
     Example::
 
         hvd.init()
     """
-    if process_sets not in (None, [], ()):
-        raise UnsupportedError(
-            "init(process_sets=...): mldist has only the global process set; run subgroups as separate jobs"
-        )
     ctx = runtime.init()
     _check_comm(comm)
     if _state["nodes"] is None:

@@ -19,7 +19,8 @@ from typing import Any
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from . import basics
-from .basics import check_process_set
+from .basics import check_process_set, honours_process_set
+from .ops import root_in_set
 from .pickled import bytes_tensor, evaluate, gather_objects, pickler
 
 
@@ -27,8 +28,10 @@ def _check_root(root_rank: int) -> None:
     n = basics.size()
     if not (isinstance(root_rank, int) and 0 <= root_rank < n):
         raise ConfigError(f"root_rank={root_rank!r} is not a rank of this world of {n}")
+    root_in_set(root_rank)  # and in the process set collectives run over now
 
 
+@honours_process_set
 def broadcast_variables(variables: Any, root_rank: int, process_set: Any = None, inplace: bool = False) -> Any:
     """Assign ``root_rank``'s values to every variable on every rank (Keras 3 and tf_keras variables).
 
@@ -45,9 +48,9 @@ def broadcast_variables(variables: Any, root_rank: int, process_set: Any = None,
     import tensorflow as tf
 
     variables = list(variables)
-    if not variables or basics.size() == 1:
+    if not variables or basics.set_size() == 1:
         return tf.group()
-    values = runtime.broadcast([tf.convert_to_tensor(v) for v in variables], root=root_rank)
+    values = runtime.broadcast([tf.convert_to_tensor(v) for v in variables], root=root_in_set(root_rank))
     return tf.group(*[v.assign(x) for v, x in zip(variables, values, strict=True)])
 
 
@@ -65,6 +68,7 @@ def broadcast_global_variables(root_rank: int) -> None:
     )
 
 
+@honours_process_set
 def broadcast_object(
     obj: Any = None, root_rank: int = 0, session: Any = None, name: str | None = None, process_set: Any = None
 ) -> Any:
@@ -76,18 +80,18 @@ def broadcast_object(
     """
     check_process_set(process_set)
     _check_root(root_rank)
-    if basics.size() == 1:
+    if basics.set_size() == 1:
         return obj
     import tensorflow as tf
 
-    me = basics.rank()
+    me, root = basics.rank(), root_in_set(root_rank)
     data = pickler().dumps(obj) if me == root_rank else b""
-    length = int(evaluate(lambda: runtime.broadcast(tf.constant([len(data)], tf.int64), root=root_rank))[0])
+    length = int(evaluate(lambda: runtime.broadcast(tf.constant([len(data)], tf.int64), root=root))[0])
 
     def payload() -> Any:
         return bytes_tensor(data) if me == root_rank else tf.zeros([length], tf.uint8)
 
-    received = evaluate(lambda: runtime.broadcast(payload(), root=root_rank))
+    received = evaluate(lambda: runtime.broadcast(payload(), root=root))
     return obj if me == root_rank else pickle.loads(received.tobytes())
 
 
@@ -98,6 +102,7 @@ def broadcast_object_fn(
     return lambda obj: broadcast_object(obj, root_rank, session, name, process_set)
 
 
+@honours_process_set
 def allgather_object(obj: Any, session: Any = None, name: str | None = None, process_set: Any = None) -> list[Any]:
     """Every rank's Python object, in rank order (pickled; call it on every rank).
 

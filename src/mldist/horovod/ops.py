@@ -22,8 +22,9 @@ import numpy as np
 
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
+from ..runtime import subsets
 from . import basics
-from .basics import WIRE_OPS, Average, Sum, check_process_set
+from .basics import WIRE_OPS, Average, Sum, check_process_set, honours_process_set
 from .compression import Compression
 from .settings import fusion_bytes
 
@@ -72,7 +73,7 @@ def _average(summed: Any, n: int) -> Any:
 
 def reduce_dense(tensors: list[Any], op: int, prescale: float, postscale: float, compression: Any) -> list[Any]:
     """All-reduce dense tensors in one fused call, Horovod's way (scale, compress, reduce, restore)."""
-    n = basics.size()
+    n = basics.set_size()
     if op == basics.Adasum:
         return [_scale(_adasum(_scale(t, prescale)), postscale) for t in tensors]
     sent, ctxs = [], []
@@ -93,7 +94,7 @@ def _adasum(t: Any) -> Any:
         raise ConfigError(f"op=hvd.Adasum takes floating tensors, not {t.dtype.name}")
     from .adasum import adasum
 
-    return adasum(t, basics.size()) if basics.size() > 1 else t
+    return adasum(t, basics.set_size()) if basics.set_size() > 1 else t
 
 
 def _with_gradient(x: Any, y: Any, grad: Any) -> Any:
@@ -103,10 +104,15 @@ def _with_gradient(x: Any, y: Any, grad: Any) -> Any:
     strategy call inside its eager decorator fails ("Mismatching tf.distribute.Strategy objects").
     """
     tf = _tf()
+    subset = subsets.active()  # the gradient's collectives run over the same process set
+
+    def in_set(dy: Any) -> Any:
+        with subsets.within(subset):
+            return grad(dy)
 
     @tf.custom_gradient  # type: ignore[untyped-decorator]
     def attach(x_: Any) -> Any:
-        return tf.identity(y), grad
+        return tf.identity(y), in_set
 
     return attach(x)
 
@@ -126,10 +132,11 @@ def _sparse(slices: Any, op: int, prescale: float = 1.0, postscale: float = 1.0)
         raise UnsupportedError("IndexedSlices take no prescale_factor or postscale_factor (as in Horovod)")
     values = allgather(slices.values)
     if op == Average:
-        values = values / tf.cast(basics.size(), values.dtype)
+        values = values / tf.cast(basics.set_size(), values.dtype)
     return tf.IndexedSlices(values, allgather(slices.indices), dense_shape=slices.dense_shape)
 
 
+@honours_process_set
 def allreduce(
     tensor: Any,
     average: bool | None = None,
@@ -167,6 +174,7 @@ def allreduce(
     return reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
 
 
+@honours_process_set
 def grouped_allreduce(
     tensors: list[Any],
     average: bool | None = None,
@@ -208,6 +216,7 @@ def grouped_allreduce(
     return out
 
 
+@honours_process_set
 def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None) -> Any:
     """Concatenate every rank's tensor on the first axis, in rank order (its length may differ per rank).
 
@@ -225,13 +234,14 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
 
     def grad(dy: Any) -> Any:
         rows = runtime.allgather(tf.shape(t)[:1])
-        start = tf.reduce_sum(rows[: basics.rank()])
+        start = tf.reduce_sum(rows[: basics.set_rank()])
         summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
         return summed[start : start + tf.shape(t)[0]]
 
     return _with_gradient(t, gathered, grad)
 
 
+@honours_process_set
 def grouped_allgather(
     tensors: list[Any], name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
 ) -> list[Any]:
@@ -239,6 +249,7 @@ def grouped_allgather(
     return [allgather(t, process_set=process_set) for t in tensors]
 
 
+@honours_process_set
 def broadcast(
     tensor: Any, root_rank: int, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
 ) -> Any:
@@ -252,7 +263,7 @@ def broadcast(
     basics.context()
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
-    received = runtime.broadcast(t, root=root_rank)
+    received = runtime.broadcast(t, root=root_in_set(root_rank))
     if not (t.dtype.is_floating or t.dtype.is_complex):
         return received
 
@@ -263,6 +274,17 @@ def broadcast(
     return _with_gradient(t, received, grad)
 
 
+def root_in_set(root_rank: int) -> int:
+    """A world rank's place in the process set collectives run over now (the rank itself outside one)."""
+    subset = subsets.active()
+    if subset is None:
+        return root_rank
+    if root_rank not in subset.ranks:
+        raise ConfigError(f"root_rank={root_rank} is not in the process set {list(subset.ranks)}")
+    return subset.index(root_rank)
+
+
+@honours_process_set
 def barrier(process_set: Any = None) -> None:
     """Return once every rank has called it."""
     check_process_set(process_set)
@@ -293,8 +315,10 @@ def join(device: str = "") -> Any:
 
 
 def size_op(process_set_id: int = 0, name: str | None = None) -> Any:
-    """The number of ranks as an int32 tensor."""
-    return _tf().constant(basics.size(), _tf().int32)
+    """The number of ranks (of that process set) as an int32 tensor."""
+    from .process_sets import registered
+
+    return _tf().constant(registered(process_set_id).size(), _tf().int32)
 
 
 def local_size_op(name: str | None = None) -> Any:
@@ -313,5 +337,7 @@ def local_rank_op(name: str | None = None) -> Any:
 
 
 def process_set_included_op(process_set_id: int = 0, name: str | None = None) -> Any:
-    """1 (int32): every rank is in the one process set."""
-    return _tf().constant(1, _tf().int32)
+    """1 (int32) if this rank is in that process set, else 0."""
+    from .process_sets import registered
+
+    return _tf().constant(int(registered(process_set_id).included()), _tf().int32)

@@ -12,7 +12,7 @@ from typing import Any
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from . import basics
-from .basics import Average, Sum, check_process_set
+from .basics import Average, Sum, check_process_set, honours_process_set
 from .compression import Compression
 from .ops import _average, _scale, _tf, _with_gradient, allgather, reduce_dense
 
@@ -24,6 +24,7 @@ def _even_splits(rows: Any, n: int) -> Any:
     return base + tf.cast(tf.range(n) < extra, rows.dtype)
 
 
+@honours_process_set
 def alltoall(
     tensor: Any, splits: Any = None, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
 ) -> tuple[Any, Any]:
@@ -38,7 +39,7 @@ def alltoall(
         received, counts = hvd.alltoall(tf.range(hvd.size() * 2), splits=[2] * hvd.size())
     """
     check_process_set(process_set)
-    n, me = basics.size(), basics.rank()
+    n, me = basics.set_size(), basics.set_rank()
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
     if t.shape.rank in (None, 0):
@@ -61,6 +62,7 @@ def alltoall(
     return tf.gather(everything, index), received
 
 
+@honours_process_set
 def reducescatter(
     tensor: Any,
     device_dense: str = "",
@@ -85,19 +87,21 @@ def reducescatter(
     if t.shape.rank in (None, 0):
         raise ConfigError(f"reducescatter needs a tensor of rank >= 1, got shape {t.shape}")
     full = reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
-    shares = _even_splits(tf.shape(t)[0], basics.size())
-    start = tf.reduce_sum(shares[: basics.rank()])
-    mine = full[start : start + shares[basics.rank()]]
+    n, me = basics.set_size(), basics.set_rank()
+    shares = _even_splits(tf.shape(t)[0], n)
+    start = tf.reduce_sum(shares[:me])
+    mine = full[start : start + shares[me]]
     if not (t.dtype.is_floating or t.dtype.is_complex):
         return mine
 
     def grad(dy: Any) -> Any:  # every rank's share came from every rank's tensor
         whole = _scale(allgather(dy), prescale_factor * postscale_factor)
-        return _average(whole, basics.size()) if op == Average else whole
+        return _average(whole, n) if op == Average else whole
 
     return _with_gradient(t, mine, grad)
 
 
+@honours_process_set
 def grouped_reducescatter(
     tensors: list[Any],
     device_dense: str = "",

@@ -32,6 +32,7 @@ class Reduction:
     compression: Any = Compression.none
     sparse_as_dense: bool = False
     predivide: float = 1.0
+    process_set: Any = None
 
 
 def make_reduction(
@@ -44,7 +45,7 @@ def make_reduction(
         raise ConfigError("gradient_predivide_factor only applies to op=hvd.Average")
     if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
         raise ConfigError(f"compression={compression!r}: use hvd.Compression.none or hvd.Compression.fp16")
-    return Reduction(resolved, compression, bool(sparse_as_dense), float(gradient_predivide_factor))
+    return Reduction(resolved, compression, bool(sparse_as_dense), float(gradient_predivide_factor), process_set)
 
 
 def var_key(variable: Any) -> Any:
@@ -71,8 +72,8 @@ def _keep_local(grads: list[Any], local: list[bool], scale: bool) -> list[Any]:
         if g is None or not scale:
             return g
         if isinstance(g, tf.IndexedSlices):
-            return tf.IndexedSlices(g.values / basics.size(), g.indices, g.dense_shape)
-        return g / tf.cast(basics.size(), g.dtype)
+            return tf.IndexedSlices(g.values / basics.set_size(), g.indices, g.dense_shape)
+        return g / tf.cast(basics.set_size(), g.dtype)
 
     return [scaled(g) if is_local else None for g, is_local in zip(grads, local, strict=True)]
 
@@ -80,13 +81,19 @@ def _keep_local(grads: list[Any], local: list[bool], scale: bool) -> list[Any]:
 def reduce_gradients(
     grads: list[Any], how: Reduction, local: list[bool] | None = None, scale_local: bool = True
 ) -> list[Any]:
-    """Reduce one gradient per variable across ranks; ``None`` stays ``None``; ``local`` ones stay here."""
+    """Reduce one gradient per variable across ranks (of ``how.process_set``); ``None`` stays ``None``;
+    ``local`` ones stay here."""
     if basics.size() == 1:
         return grads
-    if local is not None and any(local):
-        kept = _keep_local(grads, local, scale_local)
-        shared = reduce_gradients([None if is_local else g for g, is_local in zip(grads, local, strict=True)], how)
-        return [k if is_local else s for k, s, is_local in zip(kept, shared, local, strict=True)]
+    with basics.scope(how.process_set):
+        if local is not None and any(local):
+            kept = _keep_local(grads, local, scale_local)
+            shared = _reduce([None if is_local else g for g, is_local in zip(grads, local, strict=True)], how)
+            return [k if is_local else s for k, s, is_local in zip(kept, shared, local, strict=True)]
+        return _reduce(grads, how)
+
+
+def _reduce(grads: list[Any], how: Reduction) -> list[Any]:
     import tensorflow as tf
 
     from ..runtime import compat

@@ -1,6 +1,7 @@
 """Inside a worker, bottom to top: the process context (context), the one exit path
 (leave), failure explanations (failures), the stalled-collective watch (stall),
-the engines behind one interface (engine; mpi_engine with mpi_exit and mpi_join, tf_engine),
+the engines behind one interface (engine; mpi_engine with mpi_exit, mpi_join and
+subsets, tf_engine),
 ``init`` (worker), collectives and gradient averaging; private TensorFlow/Keras
 accesses live in compat.
 

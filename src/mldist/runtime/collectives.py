@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from . import compat
+from ..errors import ConfigError, UnsupportedError
+from . import compat, subsets
 from . import worker as runtime
 from .engine import Engine, get
 from .failures import Deferred, mismatch
@@ -96,7 +96,19 @@ def _check(op: str, compression: str | None) -> None:
 
 def engine() -> Engine:
     """The engine that moves bytes for this run: the one ``init`` decided (``ctx.communication``)."""
-    return get(runtime.context().communication)
+    eng = get(runtime.context().communication)
+    if subsets.active() is not None and eng.name != "mpi":
+        raise UnsupportedError(
+            f"process sets need the MPI engine (this run uses {eng.name}); start with --communication mpi"
+        )
+    return eng
+
+
+def world() -> tuple[int, int]:
+    """(size, rank) of the ranks collectives run over now: the active subset's, else the world's."""
+    ctx = runtime.init()
+    subset = subsets.active()
+    return (ctx.size, ctx.rank) if subset is None else (subset.size(), subset.index(ctx.rank))
 
 
 def _fuse(flat: list[Any], bucket_bytes: int) -> tuple[list[Bucket], list[Any]]:
@@ -193,7 +205,7 @@ def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
     if not tf.executing_eagerly():
         return fn(*args)
     # One function per signature too: each traces once, and TensorFlow's retracing warning stays quiet.
-    key = (*key, *((tuple(a.shape), a.dtype.name) for a in args))
+    key = (*key, subsets.key(), *((tuple(a.shape), a.dtype.name) for a in args))
     if key not in _FUNCTIONS:
         _quiet_own_tracing()
         _FUNCTIONS[key] = tf.function(fn)
@@ -229,16 +241,16 @@ def allreduce(
         total = mldist.allreduce(tf.constant(n), op="sum")
     """
     _check(op, compression)
-    ctx = runtime.init()
+    n, _ = world()
     tf = _tf()
     structure, flat = _as_tensors(tensors)
-    if ctx.size == 1:
+    if n == 1:
         return tf.nest.pack_sequence_as(structure, flat)
     if op == "mean":
         for t in flat:
             if not (t.dtype.is_floating or t.dtype.is_complex):
                 raise ConfigError(f"op='mean' on a {t.dtype.name} tensor would truncate; use op='sum'")
-    prescale = 1.0 / ctx.size if op == "mean" else 1.0
+    prescale = 1.0 / n if op == "mean" else 1.0
     wire_op = "sum" if op == "mean" else op
     if wire_op != "sum":
         compression = None  # max/min/prod of rounded values would not be exact
@@ -263,20 +275,20 @@ def broadcast(tensors: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET
 
         values = mldist.broadcast([v.value() for v in model.weights], root=0)
     """
-    ctx = runtime.init()
-    if not 0 <= root < ctx.size:
-        raise ConfigError(f"root={root} is not a rank of this world of {ctx.size}")
+    n, me = world()
+    if not 0 <= root < n:
+        raise ConfigError(f"root={root} is not a rank of this world of {n}")
     tf = _tf()
     structure, flat = _as_tensors(tensors)
-    if ctx.size == 1:
+    if n == 1:
         return tf.nest.pack_sequence_as(structure, flat)
 
     def run(*values: Any) -> list[Any]:
         flat_values = list(values)
         buckets, buffers = _fuse(flat_values, bucket_bytes)
-        return _unfuse(flat_values, buckets, engine().broadcast(buffers, root, ctx.rank))
+        return _unfuse(flat_values, buckets, engine().broadcast(buffers, root, me))
 
-    out = _in_graph(("broadcast", bucket_bytes, root, ctx.rank), run, *flat)
+    out = _in_graph(("broadcast", bucket_bytes, root, me), run, *flat)
     return tf.nest.pack_sequence_as(structure, list(out))
 
 
@@ -292,15 +304,15 @@ def allgather(tensor: Any) -> Any:
 
         labels = mldist.allgather(local_labels)   # [sum of local lengths, ...]
     """
-    ctx = runtime.init()
+    n, _ = world()
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
     if t.shape.rank in (None, 0):
         raise ConfigError(f"allgather needs a tensor of rank >= 1, got shape {t.shape}")
-    if ctx.size == 1:
+    if n == 1:
         return t
 
     def run(value: Any) -> Any:
-        return engine().allgather(value, ctx.size)
+        return engine().allgather(value, n)
 
     return _in_graph(("allgather",), run, t)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement
-from . import compat, mpi_join, stall
+from . import compat, mpi_join, stall, subsets
 from .failures import Deferred
 from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
@@ -46,6 +46,8 @@ class _World:
 
     comm: Any = None
     departures: Departures | None = None
+    #: The communicator of the collective running now: ``comm``, or a process set's (see ``_watched``).
+    active: Any = None
 
 
 def start(comm: Any = None) -> Any:
@@ -59,7 +61,7 @@ def start(comm: Any = None) -> Any:
         from mpi4py import MPI
 
         world = comm or MPI.COMM_WORLD
-        _World.comm = world.Dup()
+        _World.comm = _World.active = world.Dup()
         _World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
         _World.departures.watch()
         atexit.register(_at_exit)
@@ -120,11 +122,12 @@ _SIGNATURES: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}
 def _signature(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
     """``[kind, arg, count, crc(layout)]``, its negation, "not joined" and ``-rank``: one MAX all-reduce
     gives the maximum and minimum, whether a rank has joined, and the lowest active rank."""
-    key = (kind, arg, *((a.dtype.num, a.size) for a in arrays))
+    me = _World.active.Get_rank()
+    key = (kind, arg, me, *((a.dtype.num, a.size) for a in arrays))
     if key not in _SIGNATURES:
-        layout = np.array(key[2:], np.int64).tobytes()
+        layout = np.array(key[3:], np.int64).tobytes()
         sig = np.array([_KINDS[kind], arg, len(arrays), zlib.crc32(layout)], np.int64)
-        _SIGNATURES[key] = np.concatenate([sig, -sig, [0, -_World.comm.Get_rank()]])
+        _SIGNATURES[key] = np.concatenate([sig, -sig, [0, -me]])
     both: np.ndarray[Any, Any] = _SIGNATURES[key].copy()
     return both
 
@@ -139,13 +142,13 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     from mpi4py import MPI
 
     both = _signature(kind, arg, arrays)
-    _World.comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+    _World.active.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
     agreed = np.array_equal(both[:4], -both[4:8])
     if both[8]:  # a rank has joined (hvd.join): it answers all-reduces, nothing else
         return _with_joined(kind, arrays, agreed, int(-both[9]))
     if agreed:
         return True
-    everyone = _World.comm.allgather(what())  # all ranks take this path together
+    everyone = _World.active.allgather(what())  # all ranks take this path together
     listed = "; ".join(f"rank {r}: {w}" for r, w in enumerate(everyone))
     line = (
         f"workers passed tensors of different shapes or dtypes to one collective ({listed}); "
@@ -160,7 +163,7 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
 def _with_joined(kind: str, arrays: Sequence[np.ndarray[Any, Any]], agreed: bool, sender: int) -> bool:
     """With a rank joined: send an all-reduce's layout to it (True), or fail as Horovod does (raise/False)."""
     if agreed and _KINDS[kind] in mpi_join.REDUCE_CODES:
-        mpi_join.layout(_World.comm, sender, arrays)
+        mpi_join.layout(_World.active, sender, arrays)
         return True
     line = (
         f"{kind} while a rank has joined (hvd.join): only all-reduces go on until every rank has joined"
@@ -190,21 +193,33 @@ def join() -> int:
     return mpi_join.join_rounds(_World.comm, _World.comm.Get_rank(), begin, end)
 
 
+def world() -> Any:
+    """The engine's communicator of all ranks (:func:`mldist.runtime.subsets.split` divides it)."""
+    return _World.comm
+
+
 def _describe(kind: str, arrays: Sequence[np.ndarray[Any, Any]]) -> Callable[[], str]:
     return lambda: f"{kind} of " + ", ".join(f"{a.dtype.name}[{a.size}]" for a in arrays)
 
 
-def _watched(body: Callable[..., list[np.ndarray[Any, Any]]], what: str) -> Callable[..., list[np.ndarray[Any, Any]]]:
-    """``body`` marked as a collective in flight while it runs (the stalled-collective watch)."""
+def _watched(
+    body: Callable[..., list[np.ndarray[Any, Any]]], what: str, comm: Any = None
+) -> Callable[..., list[np.ndarray[Any, Any]]]:
+    """``body`` run over ``comm`` (a process set's; None: the world), marked as a collective in flight.
+
+    Only the world's collectives count for the departures (a process set's involve some ranks).
+    """
 
     def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
-        departures = _World.departures
+        departures = _World.departures if comm is None else None
         if departures is not None:
             departures.begin(what)
         token = stall.begin(what)
+        _World.active = comm or _World.comm
         try:
             return body(*arrays)
         finally:
+            _World.active = _World.comm
             stall.end(token)
             if departures is not None:
                 departures.end()
@@ -235,7 +250,8 @@ def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name
     import tensorflow as tf
 
     # Autograph would otherwise convert the callback and run the converted code at every step.
-    fn = tf.autograph.experimental.do_not_convert(_watched(fn, what))
+    subset = subsets.active()
+    fn = tf.autograph.experimental.do_not_convert(_watched(fn, what, None if subset is None else subset.comm))
     out = tf.numpy_function(fn, inputs, [t.dtype for t in inputs], stateful=True, name=name)
     outs = list(out) if isinstance(out, list | tuple) else [out]
     _chain(tf, outs[0].op)
@@ -277,10 +293,10 @@ def _reduce_in_place(a: np.ndarray[Any, Any], mpi_op: Any) -> np.ndarray[Any, An
     from mpi4py import MPI
 
     if a.flags.writeable and a.flags.c_contiguous:
-        _World.comm.Allreduce(MPI.IN_PLACE, a, mpi_op)
+        _World.active.Allreduce(MPI.IN_PLACE, a, mpi_op)
         return a
     out = _output(a.size, a.dtype)
-    _World.comm.Allreduce(a, out, mpi_op)
+    _World.active.Allreduce(a, out, mpi_op)
     return out
 
 
@@ -318,7 +334,7 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
         for a, o in zip(arrays, out, strict=True):
             if rank == root:
                 np.copyto(o, a)  # never hand TensorFlow back an alias of its own tensor
-            _World.comm.Bcast(o.view(np.uint8), root)
+            _World.active.Bcast(o.view(np.uint8), root)
         return out
 
     received = _call(run, [_bits(b) for b in buffers], "mpi_broadcast", "broadcast")
@@ -340,12 +356,12 @@ def allgather(value: Any, size: int) -> Any:
         if not _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}"):
             return [np.array(a)]
         rows = np.empty(size, np.int64)
-        _World.comm.Allgather(np.array([a.shape[0]], np.int64), rows)
+        _World.active.Allgather(np.array([a.shape[0]], np.int64), rows)
         row_bytes = int(np.prod(inner)) * a.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        _World.comm.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
+        _World.active.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
         return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
 
     (gathered,) = _call(run, [_bits(value)], "mpi_allgather", "allgather")

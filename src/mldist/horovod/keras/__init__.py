@@ -25,6 +25,7 @@ from ..basics import (
     Average,
     Max,
     Min,
+    ProcessSet,
     Product,
     Sum,
     ccl_built,
@@ -35,7 +36,6 @@ from ..basics import (
     global_process_set,
     gloo_built,
     gloo_enabled,
-    init,
     is_homogeneous,
     is_initialized,
     local_rank,
@@ -53,6 +53,7 @@ from ..compression import Compression
 from ..objects import allgather_object, broadcast_global_variables, broadcast_object, broadcast_object_fn
 from ..ops import join
 from ..optimizer import DistributedOptimizer, PartialDistributedOptimizer, load_model
+from ..process_sets import add_process_set, init, remove_process_set
 from ..settings import start_timeline, stop_timeline
 from . import callbacks
 
@@ -64,8 +65,10 @@ __all__ = [
     "Max",
     "Min",
     "PartialDistributedOptimizer",
+    "ProcessSet",
     "Product",
     "Sum",
+    "add_process_set",
     "allgather",
     "allgather_object",
     "allreduce",
@@ -95,6 +98,7 @@ __all__ = [
     "nccl_built",
     "rank",
     "reducescatter",
+    "remove_process_set",
     "rocm_built",
     "shutdown",
     "size",
