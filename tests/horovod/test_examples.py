@@ -168,3 +168,16 @@ def test_the_alias_runs_a_script_like_python_does_with_its_siblings_importable(t
     res = check(subprocess.run([PY, "-m", "mldist.horovod.alias", str(script)], capture_output=True, text=True,
                                env=clean_env(), cwd=ROOT, timeout=TIMEOUT))  # fmt: skip
     assert "ALIAS 42 1" in res.stdout
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+def test_elastic_keras_mnist_resumes_after_a_rank_is_killed(flavour: str, tmp_path: Path) -> None:
+    """Horovod's elastic Keras MNIST pattern: rank 1 dies (SIGKILL) in epoch 2; --max-restarts 1 resumes it."""
+    env = clean_env(**FLAVOURS[flavour])
+    args = ["run", "-np", "2", "--max-restarts", "1", "--run-dir", str(tmp_path / "run"), "--"]
+    res = check(mldist([*args, PY, str(WORKERS / "hvd_elastic_mnist.py"), "--kill-at", "2"], env=env, timeout=TIMEOUT))
+    assert "rank 1 was killed by SIGKILL" in res.stderr and "restarting the group (1 of 1)" in res.stderr
+    rows = results(res.stdout)
+    assert [row["epoch"] for row in rows] == [4, 4]  # every epoch done, counted across the restart
+    assert all(len(row["resets"]) == 1 for row in rows)  # the reset callback fired once, after the restart
+    assert rows[0]["checksum"] == rows[1]["checksum"] and min(row["accuracy"] for row in rows) > 0.6

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import PY, WORKERS, check, mldist, results
+from helpers import PY, WORKERS, check, clean_env, mldist, results
 
 pytestmark = pytest.mark.slow
 WORKER = str(WORKERS / "hvd_process_sets.py")
 
 
-def test_collectives_over_a_process_set_and_the_world_around_it() -> None:
-    rows = results(check(mldist(["run", "-n", "3", "--communication", "mpi", "--", PY, WORKER], timeout=240)).stdout)
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_collectives_over_a_process_set_and_the_world_around_it(legacy: str) -> None:
+    run = ["run", "-n", "3", "--communication", "mpi", "--", PY, WORKER]
+    rows = results(check(mldist(run, timeout=240, env=clean_env(TF_USE_LEGACY_KERAS=legacy))).stdout)
     r0, r1, r2 = rows
     assert {tuple(row["ids"]) for row in rows} == {(1, 2)}
     for row, place in ((r0, 0), (r2, 1)):
