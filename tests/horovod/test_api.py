@@ -90,7 +90,7 @@ def test_horovods_own_test_cases_hold(engine: str, legacy: str) -> None:
     run = ["run", "-n", "2", "--communication", engine, "--", PY, worker]
     rows = results(check(mldist(run, 180, env=clean_env(TF_USE_LEGACY_KERAS=legacy))).stdout)
     assert len(rows) == 2 and rows[0]["checks"] == rows[1]["checks"]
-    assert len(rows[0]["checks"]) == 25, rows[0]["checks"]
+    assert len(rows[0]["checks"]) == 27, rows[0]["checks"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "function", "v1"])

@@ -64,6 +64,12 @@ check("alltoall_uint8", received, np.array([1, 2, 1, 2] if r == 0 else [3, 4, 3,
 check("alltoall_uint8_splits", splits, [2, 2])
 check("alltoall_empty", hvd.alltoall(tf.zeros([0, 2]))[0].shape, [0, 2])
 check("alltoall_equal_splits", hvd.alltoall(tf.constant([1, 2], tf.int64), splits=tf.constant([1, 1]))[0], [r + 1] * 2)
+raises("alltoall_uneven", lambda: hvd.alltoall(tf.ones([3])), tf.errors.InvalidArgumentError)
+raises(
+    "alltoall_int64_splits",
+    lambda: hvd.alltoall(tf.ones([2]), splits=tf.constant([1, 1], tf.int64)),
+    tf.errors.InvalidArgumentError,
+)
 check("executing_eagerly", hvd._executing_eagerly(), True)
 first, second = tf.Variable([1.0 + r]), tf.Variable([2.0 + r])
 hvd.broadcast_([first, second], root_rank=1)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import runtime
-from ..errors import ConfigError, UnsupportedError
+from ..errors import UnsupportedError
+from ..runtime.failures import invalid_argument
 from . import basics
 from .basics import Average, Sum, check_process_set, honours_process_set
 from .compression import Compression
@@ -43,15 +44,18 @@ def alltoall(
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
     if t.shape.rank in (None, 0):
-        raise ConfigError(f"alltoall needs a tensor of rank >= 1, got shape {t.shape}")
+        raise invalid_argument(f"alltoall needs a tensor of rank >= 1, got shape {t.shape}")
     rows = tf.shape(t, out_type=tf.int32)[0]
     if splits is None:
         if t.shape[0] is not None and t.shape[0] % n:
-            raise ConfigError(f"alltoall: {t.shape[0]} rows do not split evenly over {n} ranks; pass splits=")
+            raise invalid_argument(f"alltoall: {t.shape[0]} rows do not split evenly over {n} ranks; pass splits=")
         splits = tf.fill([n], rows // n)
-    splits = tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]), tf.int32)
+    splits = tf.convert_to_tensor(splits)
+    if splits.dtype != tf.int32:  # as Horovod: splits are 32-bit integers
+        raise invalid_argument(f"alltoall: splits must be int32, not {splits.dtype.name}")
+    splits = tf.reshape(splits, [-1])
     if splits.shape[0] is not None and splits.shape[0] != n:
-        raise ConfigError(f"alltoall: splits has {splits.shape[0]} entries; it needs one per rank ({n})")
+        raise invalid_argument(f"alltoall: splits has {splits.shape[0]} entries; it needs one per rank ({n})")
     tf.debugging.assert_equal(tf.reduce_sum(splits), rows, message="alltoall: splits must sum to the rows sent")
     table = tf.reshape(runtime.allgather(splits[tf.newaxis]), [n, n])  # table[src, dst]
     everything = runtime.allgather(t)
@@ -85,7 +89,7 @@ def reducescatter(
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
     if t.shape.rank in (None, 0):
-        raise ConfigError(f"reducescatter needs a tensor of rank >= 1, got shape {t.shape}")
+        raise invalid_argument(f"reducescatter needs a tensor of rank >= 1, got shape {t.shape}")
     full = reduce_dense([t], op, prescale_factor, postscale_factor, compression)[0]
     n, me = basics.set_size(), basics.set_rank()
     shares = _even_splits(tf.shape(t)[0], n)

@@ -17,7 +17,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-from ..errors import CollectiveMismatch, MldistError
+from ..errors import CollectiveMismatch, ConfigError, MldistError
 from .context import current
 from .leave import error_line, leave, tell
 
@@ -96,6 +96,28 @@ def mismatch(line: str) -> Exception:
 
         _MISMATCH_CLASSES.append(CollectiveMismatchError)
     return _MISMATCH_CLASSES[0](line)
+
+
+_INVALID_CLASSES: list[type[Exception]] = []
+
+
+def invalid_argument(line: str) -> Exception:
+    """A ``tf.errors.InvalidArgumentError`` that is also a :class:`ConfigError` (Horovod's type for
+    bad arguments to a collective; mldist's one line as its text)."""
+    if not _INVALID_CLASSES:
+        import tensorflow as tf
+
+        class InvalidCollectiveArgument(tf.errors.InvalidArgumentError, ConfigError):  # type: ignore[misc]
+            """A collective's argument that cannot work (Horovod's error type)."""
+
+            def __init__(self, message: str) -> None:
+                tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+            def __str__(self) -> str:
+                return str(self.message)
+
+        _INVALID_CLASSES.append(InvalidCollectiveArgument)
+    return _INVALID_CLASSES[0](line)
 
 
 def explain_failure(message: str) -> str | None:
