@@ -68,8 +68,12 @@ def run(cmds: list[list[str]], extra: dict[str, str]) -> list[dict[str, object]]
 
 
 def two(engine: str, *launcher: str) -> list[str]:
-    """``mldist run`` of 2 workers on ``engine``, one core each, up to the worker's own arguments."""
-    return [PY, "-m", "mldist", "run", "-n", "2", "--communication", engine, "--cpu-bind", "cores", *launcher, "--"]
+    """``mldist run`` of 2 workers on ``engine``, one core each, up to the worker's own arguments.
+
+    No run directory unless ``launcher`` names one: a benchmark keeps nothing but its figures.
+    """
+    keep = launcher if "--run-dir" in launcher else (*launcher, "--no-run-dir")
+    return [PY, "-m", "mldist", "run", "-n", "2", "--communication", engine, "--cpu-bind", "cores", *keep, "--"]
 
 
 def configs(model: str, cores: int) -> dict[str, tuple[list[list[str]], dict[str, str]]]:
