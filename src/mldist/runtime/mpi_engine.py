@@ -136,7 +136,7 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     """True if all ranks pass the same signature; else every rank raises CollectiveMismatch naming them all
     (or, in an eager call, leaves it to :class:`~mldist.runtime.failures.Deferred` and returns False).
 
-    One 64-byte ``MPI_Allreduce`` per collective (a few microseconds on a node): it is what
+    One 80-byte ``MPI_Allreduce`` per collective (a few microseconds on a node): it is what
     turns a mismatch into one line on every rank instead of a hang or reduced garbage.
     """
     from mpi4py import MPI
