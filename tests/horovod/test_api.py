@@ -81,11 +81,13 @@ def test_mismatches_raise_horovods_errors_on_every_rank_and_the_ranks_go_on(lega
     assert [row["after"] for row in rows] == [[3.0], [3.0]]
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+@pytest.mark.parametrize(
+    ("engine", "legacy"),
+    [("mpi", "0"), ("mpi", "1"), ("ring", "0")],  # the worker uses no Keras: one mode on RING is enough
+    ids=["mpi-keras3", "mpi-tf_keras", "ring-keras3"],
+)
 def test_horovods_own_test_cases_hold(engine: str, legacy: str) -> None:
     """What Horovod 0.28.1's test suite checks and mldist.horovod used to get wrong (see the worker)."""
-    if engine == "ring" and legacy == "1":
-        pytest.skip("one Keras mode on RING is enough: the worker uses no Keras")
     worker = str(WORKERS / "hvd_conformance.py")
     run = ["run", "-n", "2", "--communication", engine, "--", PY, worker]
     rows = results(check(mldist(run, 180, env=clean_env(TF_USE_LEGACY_KERAS=legacy))).stdout)

@@ -28,6 +28,7 @@ import copy
 import functools
 import os
 import pickle
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def restarted(env: dict[str, str] | None = None) -> bool:
 _RUNS = [0]  # elastic.run calls in this process: each has its own commit file
 
 
-class State:
+class State(ABC):
     """What an elastic script keeps: commit (memory and disk), restore, sync, reset callbacks."""
 
     def __init__(self) -> None:
@@ -104,6 +105,7 @@ class State:
 
     def check_host_updates(self) -> None:
         """Nothing to check: the world is fixed (HostsUpdatedInterrupt never comes)."""
+        return None  # a real method, not an abstract one: subclasses need not override it
 
     def resume(self, number: int = 1) -> bool:
         """After a restart, on rank 0, load the last commit of the ``number``-th ``elastic.run``;
@@ -115,20 +117,25 @@ class State:
             self.save()
         return bool(broadcast_object(found, root_rank=0))
 
+    @abstractmethod
     def save(self) -> None:
-        raise NotImplementedError
+        """Keep the current state in memory (for :meth:`restore`)."""
 
+    @abstractmethod
     def restore(self) -> None:
-        raise NotImplementedError
+        """Go back to the last :meth:`save`."""
 
+    @abstractmethod
     def sync(self) -> None:
-        raise NotImplementedError
+        """Every rank takes rank 0's state."""
 
+    @abstractmethod
     def snapshot(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The state as picklable values (what a commit writes)."""
 
+    @abstractmethod
     def load(self, snapshot: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Take the values of a :meth:`snapshot`."""
 
 
 class ObjectState(State):

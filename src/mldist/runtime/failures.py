@@ -41,7 +41,6 @@ COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
 
 
 _MISMATCH = re.compile(r"workers passed tensors of different [^\n]*")
-_MISMATCH_CLASSES: list[type[Exception]] = []
 
 
 def mismatch_line(message: str) -> str | None:
@@ -78,46 +77,39 @@ class Deferred:
         return found
 
 
+#: TensorFlow error classes that are also mldist errors, made on first use (importing TensorFlow).
+_BOTH: dict[tuple[str, type[Exception]], type[Exception]] = {}
+
+
+def _tf_error(tf_name: str, ours: type[Exception], line: str) -> Exception:
+    """``tf.errors.<tf_name>`` that is also ``ours``, with ``line`` as its whole text."""
+    if (tf_name, ours) not in _BOTH:
+        import tensorflow as tf
+
+        base = getattr(tf.errors, tf_name)
+
+        def __init__(self: Any, message: str) -> None:
+            base.__init__(self, None, None, message)
+
+        def __str__(self: Any) -> str:
+            return str(self.message)
+
+        attrs = {"__init__": __init__, "__str__": __str__, "__doc__": f"{tf_name}, and {ours.__name__}."}
+        _BOTH[(tf_name, ours)] = type(f"{ours.__name__}Error", (base, ours), attrs)
+    return _BOTH[(tf_name, ours)](line)
+
+
 def mismatch(line: str) -> Exception:
     """Horovod's error for ranks that disagreed: a ``tf.errors.FailedPreconditionError`` that is also
     a :class:`CollectiveMismatch`, with the one ``line`` as its text.
     """
-    if not _MISMATCH_CLASSES:
-        import tensorflow as tf
-
-        class CollectiveMismatchError(tf.errors.FailedPreconditionError, CollectiveMismatch):  # type: ignore[misc]
-            """Ranks passed different arguments to one collective (Horovod's error type)."""
-
-            def __init__(self, message: str) -> None:
-                tf.errors.FailedPreconditionError.__init__(self, None, None, message)
-
-            def __str__(self) -> str:
-                return str(self.message)
-
-        _MISMATCH_CLASSES.append(CollectiveMismatchError)
-    return _MISMATCH_CLASSES[0](line)
-
-
-_INVALID_CLASSES: list[type[Exception]] = []
+    return _tf_error("FailedPreconditionError", CollectiveMismatch, line)
 
 
 def invalid_argument(line: str) -> Exception:
     """A ``tf.errors.InvalidArgumentError`` that is also a :class:`ConfigError` (Horovod's type for
     bad arguments to a collective; mldist's one line as its text)."""
-    if not _INVALID_CLASSES:
-        import tensorflow as tf
-
-        class InvalidCollectiveArgument(tf.errors.InvalidArgumentError, ConfigError):  # type: ignore[misc]
-            """A collective's argument that cannot work (Horovod's error type)."""
-
-            def __init__(self, message: str) -> None:
-                tf.errors.InvalidArgumentError.__init__(self, None, None, message)
-
-            def __str__(self) -> str:
-                return str(self.message)
-
-        _INVALID_CLASSES.append(InvalidCollectiveArgument)
-    return _INVALID_CLASSES[0](line)
+    return _tf_error("InvalidArgumentError", ConfigError, line)
 
 
 def explain_failure(message: str) -> str | None:
