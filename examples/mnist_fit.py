@@ -87,7 +87,8 @@ def save_model(model: Any, out: Path) -> Path:
     """Rank 0 only: write the model under a temporary name, then rename it (never a half-written file)."""
     final = out / "mnist_fit.keras"
     tmp = out / f".mnist_fit.{os.getpid()}.keras"
-    model.save(tmp)
+    with mldist.keras.single_process():  # on JAX, variables made under the distribution need every rank
+        model.save(tmp)
     tmp.replace(final)
     return final
 

@@ -24,6 +24,8 @@ WORKERS = TESTS / "workers"  # worker programs run under the launcher (never imp
 PY = sys.executable
 #: The collective engines of CPU workers; `mldist run --communication ENGINE` picks one.
 ENGINES = ("mpi", "ring")
+#: ENGINES and "jax" (Keras on JAX: KERAS_BACKEND=jax), for tests that hold on both backends.
+BACKEND_ENGINES = (*ENGINES, "jax")
 
 #: How much of each output stream a failure message shows (the end: where the error is).
 TAIL = 3000
@@ -39,6 +41,13 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["MLDIST_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / "mldist-test-runs")
     env.update(extra)
     return env
+
+
+def engine_launch(engine: str) -> tuple[list[str], dict[str, str]]:
+    """``mldist run``'s engine arguments and the environment for one of :data:`BACKEND_ENGINES`."""
+    if engine == "jax":
+        return ["--communication", "auto"], clean_env(KERAS_BACKEND="jax")
+    return ["--communication", engine], clean_env()
 
 
 def mldist(args: Sequence[str], timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:

@@ -202,6 +202,11 @@ def _dtype(name: str) -> Any:
     return None
 
 
+def _dtype_name(dtype: Any) -> str:
+    """The name of a TensorFlow, Keras (a string) or numpy dtype: "float32"."""
+    return str(getattr(dtype, "name", dtype))
+
+
 def _is_spec(spec: object) -> bool:
     ok = isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], list) and all(map(_whole, spec[0]))
     return ok and isinstance(spec[1], str) and _dtype(spec[1]) is not None  # type: ignore[index]
@@ -349,13 +354,12 @@ class CheckpointManager:
             objects: the same names as given to :meth:`save`.
         """
         import numpy as np
-        import tensorflow as tf
 
         ctx = runtime.init()
         variables = {name: variables_of(obj) for name, obj in objects.items()}
         header, arrays = "", {}
         if ctx.is_chief:
-            model = {n: [[[*map(int, v.shape)], tf.as_dtype(v.dtype).name] for v in vs] for n, vs in variables.items()}
+            model = {n: [[[*map(int, v.shape)], _dtype_name(v.dtype)] for v in vs] for n, vs in variables.items()}
             try:
                 found = latest_valid(self.directory, model, self.check_extra)
             except CheckpointError as exc:
@@ -376,9 +380,9 @@ class CheckpointManager:
         if ctx.is_chief:
             values = [arrays[f"{name}.{i}"] for name in variables for i in range(len(variables[name]))]
         else:
-            values = [np.zeros(tuple(v.shape), tf.as_dtype(v.dtype).as_numpy_dtype) for v in flat]
+            values = [np.zeros(tuple(v.shape), _dtype(_dtype_name(v.dtype))) for v in flat]
         if ctx.size > 1 and flat:
-            values = [t.numpy() for t in broadcast([tf.constant(a) for a in values], root=0)]
+            values = [np.asarray(t) for t in broadcast(values, root=0)]
         for var, value in zip(flat, values, strict=True):
             var.assign(value)
         self.restored_extra = info["extra"]
@@ -388,12 +392,11 @@ class CheckpointManager:
 def _broadcast_text(text: str) -> str:
     """Rank 0's ``text`` on every rank (length first, then the bytes as int32)."""
     import numpy as np
-    import tensorflow as tf
 
     data = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)
-    n = int(broadcast(tf.constant(len(data), tf.int64), root=0))
+    n = int(broadcast(np.array(len(data), np.int64), root=0))
     mine = data if runtime.is_chief() else np.zeros(n, np.int32)
     if n == 0:
         return ""
-    got = broadcast(tf.constant(mine), root=0).numpy()
+    got = np.asarray(broadcast(mine, root=0))
     return bytes(got.astype(np.uint8).tolist()).decode()

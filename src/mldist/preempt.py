@@ -51,12 +51,12 @@ def requested() -> bool:
 
 def agreed() -> bool:
     """Whether any rank got the signal (a collective: call it at the same step on every rank)."""
-    import tensorflow as tf
+    import numpy as np
 
     if runtime.size() == 1:
         return requested()
     # A sum is one fused collective; "max" would go through two allgathers.
-    return bool(int(allreduce(tf.constant(len(_received) > 0, tf.int32), op="sum")))
+    return bool(int(allreduce(np.array(len(_received) > 0, np.int32), op="sum")))
 
 
 def install() -> dict[int, Any]:

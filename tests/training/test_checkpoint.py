@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import ENGINES, PY, WORKERS, check, clean_env, mldist
+from helpers import BACKEND_ENGINES, PY, WORKERS, check, engine_launch, mldist
 from mldist.checkpoint import (
     MANIFEST,
     STATE,
@@ -112,8 +112,9 @@ def test_manager_round_trip_keeps_the_last_n_and_refuses_other_shapes(tmp_path: 
 
 def _run(out: Path, *worker_args: str, engine: str, launcher: tuple[str, ...] = (), timeout: float = 240) -> Any:
     out.mkdir(parents=True, exist_ok=True)
-    argv = ["run", "-n", "2", "--communication", engine, *launcher, "--", PY, WORKER, str(out), *worker_args]
-    return mldist(argv, timeout=timeout)
+    chosen, env = engine_launch(engine)
+    argv = ["run", "-n", "2", *chosen, *launcher, "--", PY, WORKER, str(out), *worker_args]
+    return mldist(argv, timeout=timeout, env=env)
 
 
 def _epochs(out: Path, rank: int = 0) -> list[dict[str, int]]:
@@ -131,7 +132,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-@pytest.fixture(scope="module", params=ENGINES)
+@pytest.fixture(scope="module", params=BACKEND_ENGINES)
 def ref_engine(request: pytest.FixtureRequest) -> str:
     """The engine of the reference run and of the tests compared with it."""
     return str(request.param)
@@ -168,11 +169,12 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(
     out = tmp_path / "run"
     out.mkdir()
     grace = 30
-    argv = [PY, "-m", "mldist", "run", "-n", "2", "--communication", ref_engine, "--grace", str(grace)]
+    chosen, env = engine_launch(ref_engine)
+    argv = [PY, "-m", "mldist", "run", "-n", "2", *chosen, "--grace", str(grace)]
     argv += ["--", PY, WORKER, str(out)]
     argv += ["--epochs", "4", "--sleep", "0.1", "--check-every", "4"]
     log = (tmp_path / "launcher.log").open("w+")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=clean_env())
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         deadline = time.monotonic() + 180
         while "step 37 done" not in (tmp_path / "launcher.log").read_text():

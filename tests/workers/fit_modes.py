@@ -24,11 +24,16 @@ MODE, OUT = sys.argv[1], Path(sys.argv[2])
 ctx = mldist.init()
 
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-if MODE != "xla":  # Keras turns XLA off when op determinism is on
-    tf.config.experimental.enable_op_determinism()
-keras.utils.set_random_seed(1234 + ctx.rank)  # determinism needs seeded random ops
+if ctx.backend == "tensorflow":
+    import tensorflow as tf
+
+    if MODE != "xla":  # Keras turns XLA off when op determinism is on
+        tf.config.experimental.enable_op_determinism()
+# Determinism needs seeded random ops. On TensorFlow the seeds differ per rank, so
+# BroadcastInitialState must make the starts equal; JAX's DataParallel needs equal weights
+# from the start (each process builds the replicated variables), so the seed is the same.
+keras.utils.set_random_seed(1234 + (ctx.rank if ctx.backend == "tensorflow" else 0))
 
 
 def cnn() -> keras.Model:
@@ -57,7 +62,6 @@ if MODE == "equivalence":
     rows = np.concatenate(
         [np.arange(b * global_batch + ctx.rank * per, b * global_batch + (ctx.rank + 1) * per) for b in range(steps)]
     )
-    # Seeds differ per rank (above): BroadcastInitialState must make the starts equal.
     model = cnn()
     opt = mldist.keras.DistributedOptimizer(keras.optimizers.SGD(0.05))
     model.compile(opt, keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -52,10 +52,13 @@ print(f"rank {ctx.rank} engine {ctx.communication}", flush=True)
 attempt = int(os.environ.get("MLDIST_RESTART", "0")) + int(os.environ.get("MLDIST_ATTEMPT", "0"))
 
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf  # noqa: E402  (the input pipeline is tf.data on both backends)
 
-tf.config.experimental.enable_op_determinism()
-keras.utils.set_random_seed(7 + ctx.rank)  # BroadcastInitialState makes the starts equal
+if ctx.backend == "tensorflow":
+    tf.config.experimental.enable_op_determinism()
+# On TensorFlow BroadcastInitialState makes different starts equal; JAX's DataParallel needs
+# equal starts (each process builds the replicated variables).
+keras.utils.set_random_seed(7 + (ctx.rank if ctx.backend == "tensorflow" else 0))
 
 rng = np.random.default_rng(0)
 centers = rng.normal(size=(4, 8)).astype("float32") * 2

@@ -20,7 +20,7 @@ from .callbacks import (
     default_callbacks,
     scale_lr,
 )
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, single_process
 from .optimizer import DistributedOptimizer
 from .profile import ProfileSteps
 from .runlog import RunLog
@@ -37,4 +37,5 @@ __all__ = [
     "average_gradients",
     "default_callbacks",
     "scale_lr",
+    "single_process",
 ]

@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 import keras
+import numpy as np
 
 from .. import runtime
 from ..errors import ConfigError
@@ -54,9 +55,7 @@ def check_equal_steps(steps: int | None) -> None:
 
     A rank with one step more would wait forever in a collective.
     """
-    import tensorflow as tf
-
-    counts = allgather(tf.constant([-1 if steps is None else int(steps)], tf.int64)).numpy().tolist()
+    counts = np.asarray(allgather(np.array([-1 if steps is None else int(steps)], np.int64))).tolist()
     if len(set(counts)) > 1:
         listed = ", ".join(f"rank {r}: {'unknown' if c < 0 else c}" for r, c in enumerate(counts))
         raise ConfigError(
@@ -108,11 +107,9 @@ class AverageMetrics(keras.callbacks.Callback):  # type: ignore[misc]
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if not logs or runtime.init().size == 1:
             return
-        import tensorflow as tf
-
         keys = sorted(k for k, v in logs.items() if isinstance(v, int | float))
-        means = allreduce(tf.constant([float(logs[k]) for k in keys], tf.float64), "mean")
-        for key, value in zip(keys, means.numpy().tolist(), strict=True):
+        means = allreduce(np.array([float(logs[k]) for k in keys], np.float64), "mean")
+        for key, value in zip(keys, np.asarray(means).tolist(), strict=True):
             logs[key] = value
 
 

@@ -8,8 +8,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import keras
@@ -24,6 +26,31 @@ from ..runtime import allreduce, compat
 def _say(message: str) -> None:
     if runtime.is_chief():
         print(f"mldist: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def single_process() -> Iterator[None]:
+    """Keras without the multi-process distribution inside the block: for work one rank does alone.
+
+    On ``KERAS_BACKEND=jax`` every variable Keras creates under ``mldist.init()``'s distribution
+    is a collective of all processes, and ``model.save`` creates some (a fresh optimizer), so a
+    save on rank 0 alone would wait for the others forever. On TensorFlow it changes nothing.
+
+    Example::
+
+        if mldist.is_chief():
+            with mldist.keras.single_process():
+                model.save("final.keras")
+    """
+    previous = keras.distribution.distribution()
+    if previous is None:
+        yield
+        return
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(previous)
 
 
 def _whole(value: object, least: int = 0) -> bool:
@@ -237,5 +264,6 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
             directory = self.manager.directory
             directory.mkdir(parents=True, exist_ok=True)
             tmp = directory / f".tmp-{os.getpid()}-{self.final_model}"
-            self.model.save(tmp)  # Keras wants the .keras suffix, so not files.atomic_write
+            with single_process():
+                self.model.save(tmp)  # Keras wants the .keras suffix, so not files.atomic_write
             replace_durably(tmp, directory / self.final_model)

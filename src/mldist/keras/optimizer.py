@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import runtime
+from ..errors import ConfigError
 from ..runtime import compat, worker
 from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_compression
 from ..runtime.gradients import average_gradients
@@ -67,12 +68,33 @@ def distributed_class(cls: type, mixins: tuple[type, type], attrs: dict[str, Any
     return type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "_mldist_distributed": True, **attrs})
 
 
+def _on_jax(optimizer: Any, size: int) -> Any:
+    """The optimizer itself: on JAX, Keras's DataParallel already averages the global batch's gradients.
+
+    ``mldist.init()`` set that distribution over every process's devices; the compiled step
+    computes the loss of the global batch, so its gradient is the average a reduction would give
+    (tests/workers/fit_modes.py "equivalence" proves it against one process on the whole batch).
+    """
+    import keras
+
+    from .callbacks import quiet_unless_chief
+
+    if size > 1 and keras.distribution.distribution() is None:
+        raise ConfigError(
+            "KERAS_BACKEND=jax with several workers needs Keras's distribution, which mldist.init() sets: "
+            "do not call keras.distribution.set_distribution(None) after it"
+        )
+    quiet_unless_chief()
+    return optimizer
+
+
 def DistributedOptimizer(
     optimizer: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None
 ) -> Any:
     """Wrap a Keras optimizer so gradients are averaged across workers first.
 
-    Works for Keras 3 optimizers and legacy ``tf_keras`` ones. The returned
+    Works for Keras 3 optimizers and legacy ``tf_keras`` ones. On ``KERAS_BACKEND=jax`` it
+    returns ``optimizer`` itself: the distribution ``mldist.init()`` set averages there. The returned
     optimizer has the same class name and module, so saved models load
     without mldist. Non-chief ranks stop printing progress bars.
 
@@ -87,8 +109,10 @@ def DistributedOptimizer(
     """
     from .callbacks import quiet_unless_chief
 
-    runtime.init()
+    ctx = runtime.init()
     check_compression(compression)
+    if ctx.backend == "jax":
+        return _on_jax(optimizer, ctx.size)
     worker.warn_idle_gpus()
     if getattr(type(optimizer), "_mldist_distributed", False):
         return optimizer

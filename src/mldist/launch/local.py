@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 
 from ..errors import REQUEUE_CODE, ConfigError
-from ..placement import engines
+from ..placement import backend, engines
 from .config import COMMUNICATIONS, MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
@@ -117,9 +117,12 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
     The workers get the decision in ``MLDIST_ENGINE`` and check it against what they see.
     """
     gpu = engines.gpu_device_nodes()
-    needed = engines.needs_mpi_probe(cfg.communication, cfg.nprocs, gpu) or bool(cfg.hosts)
+    keras = backend.keras_backend(env, backend.read_config(env))
+    needed = (engines.needs_mpi_probe(cfg.communication, cfg.nprocs, gpu) and keras != "jax") or bool(cfg.hosts)
     world = _world_to_form(cfg.nprocs, env) if needed else None
-    decision = engines.decide(cfg.communication, rank=0, size=cfg.nprocs, launcher="mldist", gpu=gpu, mpi=world)
+    decision = engines.decide(
+        cfg.communication, rank=0, size=cfg.nprocs, launcher="mldist", gpu=gpu, mpi=world, backend=keras
+    )
     if cfg.hosts:  # mpiexec starts them whatever the engine: it is the only way onto the other hosts
         if isinstance(world, str):
             raise ConfigError(f"-H/--hostfile starts the workers through Open MPI's mpiexec: {world}")

@@ -14,6 +14,8 @@ Example:
     'ring'
     >>> decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None).name
     'none'
+    >>> decide("auto", rank=0, size=2, launcher="slurm", gpu=False, mpi=None, backend="jax").name
+    'jax'
 """
 
 from __future__ import annotations
@@ -102,8 +104,21 @@ def needs_mpi_probe(requested: str, size: int, gpu: bool) -> bool:
     return size > 1 and (requested == "mpi" or (requested == "auto" and not gpu))
 
 
-def decide(requested: str, *, rank: int, size: int, launcher: str, gpu: bool, mpi: MpiWorld | str | None) -> Decision:
+def decide(
+    requested: str,
+    *,
+    rank: int,
+    size: int,
+    launcher: str,
+    gpu: bool,
+    mpi: MpiWorld | str | None,
+    backend: str = "tensorflow",
+) -> Decision:
     """The engine for ``requested`` ("auto", "mpi", "ring" or "nccl") on this placement.
+
+    On the JAX backend the engine is always "jax" (JAX's distributed runtime: Gloo on CPUs,
+    NCCL on GPUs): the gradients are averaged inside Keras's compiled step, where no other
+    engine can reach.
 
     ``auto``: NCCL on GPU workers; MPI on CPU workers whose MPI world matches the
     launcher; else RING with the reason. ``mpi`` on GPU workers is host-staged (the
@@ -115,6 +130,7 @@ def decide(requested: str, *, rank: int, size: int, launcher: str, gpu: bool, mp
         gpu: whether the worker sees a GPU.
         mpi: the MPI world (joined, or to be formed by the launcher), a reason there is none,
             or None when no MPI launcher started this process.
+        backend: the Keras backend (:func:`mldist.placement.backend.keras_backend`).
 
     Example:
         >>> decide("mpi", rank=0, size=2, launcher="mldist", gpu=True, mpi=MpiWorld(0, 2, "x")).reason[:11]
@@ -124,6 +140,9 @@ def decide(requested: str, *, rank: int, size: int, launcher: str, gpu: bool, mp
         raise ConfigError(f"communication={requested!r} is not one of {', '.join(COMMUNICATIONS)}")
     if size == 1:
         return Decision("none", "one process: no collectives")
+    if backend == "jax":
+        why = f"communication={requested!r} does not apply to KERAS_BACKEND=jax" if requested != "auto" else ""
+        return Decision("jax", why)
     if requested == "nccl" and not gpu:
         raise ConfigError("communication='nccl' needs a GPU on every worker; use 'mpi' or 'ring' on CPUs")
     problem = mpi_problem(rank, size, launcher, mpi) if needs_mpi_probe(requested, size, gpu) else ""

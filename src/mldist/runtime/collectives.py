@@ -220,6 +220,36 @@ def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:
     return out
 
 
+def _host(tensors: Any, call: Any) -> Any:
+    """A collective on the JAX backend: numpy arrays in the same structure, through the host engine.
+
+    Keras averages gradients inside its compiled step there; these serve callbacks, checkpoints
+    and preemption, eagerly, so every value comes back as a numpy array.
+    """
+    import jax
+    import numpy as np
+
+    leaves, tree = jax.tree_util.tree_flatten(tensors)
+    flat = [np.asarray(leaf) for leaf in leaves]
+    n, _ = world()
+    out = call(engine(), flat) if n > 1 else flat
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def _host_reduce(op: str, n: int) -> Any:
+    import numpy as np
+
+    def call(eng: Engine, flat: list[Any]) -> list[Any]:
+        if op == "mean":
+            for a in flat:
+                if not np.issubdtype(a.dtype, np.inexact):
+                    raise ConfigError(f"op='mean' on a {a.dtype.name} tensor would truncate; use op='sum'")
+        out = eng.allreduce(flat, "sum" if op == "mean" else op)
+        return [(a / n).astype(a.dtype) for a in out] if op == "mean" else out
+
+    return call
+
+
 def allreduce(
     tensors: Any,
     op: str = "mean",
@@ -242,6 +272,8 @@ def allreduce(
     """
     _check(op, compression)
     n, _ = world()
+    if runtime.init().backend == "jax":
+        return _host(tensors, _host_reduce(op, n))
     tf = _tf()
     structure, flat = _as_tensors(tensors)
     if n == 1:
@@ -278,6 +310,8 @@ def broadcast(tensors: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET
     n, me = world()
     if not 0 <= root < n:
         raise ConfigError(f"root={root} is not a rank of this world of {n}")
+    if runtime.init().backend == "jax":
+        return _host(tensors, lambda eng, flat: eng.broadcast(flat, root, me))
     tf = _tf()
     structure, flat = _as_tensors(tensors)
     if n == 1:
@@ -305,6 +339,12 @@ def allgather(tensor: Any) -> Any:
         labels = mldist.allgather(local_labels)   # [sum of local lengths, ...]
     """
     n, _ = world()
+    if runtime.init().backend == "jax":
+        import numpy as np
+
+        if np.ndim(tensor) < 1:
+            raise ConfigError(f"allgather needs a tensor of rank >= 1, got shape {np.shape(tensor)}")
+        return _host(tensor, lambda eng, flat: [eng.allgather(flat[0], n)])
     tf = _tf()
     t = tf.convert_to_tensor(tensor)
     if t.shape.rank in (None, 0):

@@ -29,8 +29,9 @@ class Context:
         workers: ``host:port`` of every rank (empty with one worker).
         threads: the thread plan applied.
         gpu: index of the pinned GPU among those visible, or None.
-        communication: the engine of 2+ workers ("mpi", "ring" or "nccl"), else "none".
+        communication: the engine of 2+ workers ("mpi", "ring", "nccl" or "jax"), else "none".
         mpi_library: the MPI library's version line when the engine is "mpi", else "".
+        backend: Keras's backend, "tensorflow" or "jax".
     """
 
     rank: int
@@ -43,6 +44,7 @@ class Context:
     gpu: int | None
     communication: str
     mpi_library: str = ""
+    backend: str = "tensorflow"
 
     @property
     def is_chief(self) -> bool:

@@ -75,12 +75,12 @@ class Engine(Protocol):
         ...
 
 
-_MODULES = {"mpi": "mpi_engine", "ring": "tf_engine", "nccl": "tf_engine"}
+_MODULES = {"mpi": "mpi_engine", "ring": "tf_engine", "nccl": "tf_engine", "jax": "jax_engine"}
 _ENGINES: dict[str, Engine] = {}
 
 
 def get(name: str) -> Engine:
-    """The engine called ``name`` ("mpi", "ring" or "nccl").
+    """The engine called ``name`` ("mpi", "ring", "nccl" or "jax").
 
     Cached: collectives look it up while TensorFlow traces them, where an import would
     make autograph try (and fail) to convert the import machinery.

@@ -37,6 +37,16 @@ COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
         "a collective was aborted because another worker died or closed its connection; "
         "the launcher's output names the rank that failed first",
     ),
+    (
+        "passed to device_put is not the same on each process",
+        "on KERAS_BACKEND=jax every worker must build the model with the same initial weights: "
+        "seed alike on every rank (keras.utils.set_random_seed(N), not N + rank) or not at all "
+        "(mldist.init() seeds all ranks alike)",
+    ),
+    (
+        "JAX distributed service detected fatal errors",
+        "another worker died or stopped answering JAX's coordinator; its own output names the first error",
+    ),
 )
 
 

@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError
-from ..placement import Placement, build_cluster_spec, detect, engines
+from ..errors import ConfigError, UnsupportedError
+from ..placement import Placement, backend, build_cluster_spec, detect, engines
 from ..placement.resources import (
     ThreadPlan,
     choose_gpu,
@@ -89,17 +89,27 @@ def _say(message: str, rank: int) -> None:
 
 
 def decide_here(
-    placement: Placement, requested: str, has_gpu: bool, env: Mapping[str, str] = os.environ
+    placement: Placement,
+    requested: str,
+    has_gpu: bool,
+    env: Mapping[str, str] = os.environ,
+    keras: str = "tensorflow",
 ) -> tuple[engines.Decision, str]:
     """This worker's engine, from :func:`mldist.placement.engines.decide`, and its MPI library line.
 
     Joins the MPI world first when the decision needs it (see ``needs_mpi_probe``). ``init``,
     ``mldist env`` and ``mldist doctor`` all decide through here.
     """
-    needed = engines.needs_mpi_probe(requested, placement.size, has_gpu)
+    needed = engines.needs_mpi_probe(requested, placement.size, has_gpu) and keras != "jax"
     mpi = engine.probe_mpi(env) if needed else None
     decision = engines.decide(
-        requested, rank=placement.rank, size=placement.size, launcher=placement.launcher, gpu=has_gpu, mpi=mpi
+        requested,
+        rank=placement.rank,
+        size=placement.size,
+        launcher=placement.launcher,
+        gpu=has_gpu,
+        mpi=mpi,
+        backend=keras,
     )
     library = mpi.library if isinstance(mpi, engines.MpiWorld) and decision.name == "mpi" else ""
     return decision, library
@@ -111,15 +121,17 @@ def _announce(decision: engines.Decision, rank: int) -> None:
         _say(differs, rank)
     elif decision.name == "ring" and decision.reason:
         _say(f"using TensorFlow's RING collectives, not MPI: {decision.reason}", rank)
-    elif decision.name == "mpi" and decision.reason:
-        _say(f"MPI engine, {decision.reason}", rank)
+    elif decision.name in ("mpi", "jax") and decision.reason:
+        _say(f"{decision.name.upper()} engine, {decision.reason}", rank)
 
 
-def _collectives(tf: Any, placement: Placement, requested: str, has_gpu: bool) -> tuple[Any, str, tuple[str, ...], str]:
+def _collectives(
+    tf: Any, placement: Placement, requested: str, has_gpu: bool, keras: str = "tensorflow"
+) -> tuple[Any, str, tuple[str, ...], str]:
     """Decide, start and watch the engine of 2+ workers; (strategy, engine name, workers, MPI library)."""
     if placement.size == 1:
         return None, "none", (), ""
-    decision, library = decide_here(placement, requested, has_gpu)
+    decision, library = decide_here(placement, requested, has_gpu, keras=keras)
     _announce(decision, placement.rank)
     eng = engine.get(decision.name)
     strategy, workers = eng.start(tf, placement)
@@ -167,6 +179,7 @@ def init(
         return STATE.ctx
     comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
+    keras = backend.check_supported(_keras_backend())
     stall.collective_timeout(os.environ)  # a bad MLDIST_COLLECTIVE_TIMEOUT stops here, before any side effect
     sys.excepthook = failures.one_line_errors
     leave.remember_stderr()
@@ -177,14 +190,8 @@ def init(
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-
-    import tensorflow as tf
-
-    compat.never_convert("mldist")
-    _apply_threads(tf, plan, soft)
-    gpu = _pin_gpu(tf, placement)
-    has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    STATE.strategy, used, workers, library = _collectives(tf, placement, comm, has_gpu)
+    start = _start_jax if keras == "jax" else _start_tensorflow
+    gpu, used, workers, library = start(placement, comm, plan, soft)
     STATE.ctx = Context(
         rank=placement.rank,
         size=placement.size,
@@ -196,8 +203,50 @@ def init(
         gpu=gpu,
         communication=used,
         mpi_library=library,
+        backend=keras,
     )
     return STATE.ctx
+
+
+def _keras_backend() -> str:
+    """The Keras backend: Keras's own answer once it is imported, else what it will read."""
+    loaded = sys.modules.get("keras")
+    config = getattr(loaded, "config", None)
+    name = config.backend() if config is not None and hasattr(config, "backend") else None
+    return backend.keras_backend(os.environ, backend.read_config(os.environ), loaded=name)
+
+
+Started = tuple[int | None, str, tuple[str, ...], str]
+
+
+def _start_tensorflow(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
+    """TensorFlow's threads and GPU, then the engine; (GPU, engine name, workers, MPI library)."""
+    import tensorflow as tf
+
+    compat.never_convert("mldist")
+    _apply_threads(tf, plan, soft)
+    gpu = _pin_gpu(tf, placement)
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    STATE.strategy, used, workers, library = _collectives(tf, placement, comm, has_gpu)
+    return gpu, used, workers, library
+
+
+def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
+    """JAX's threads, collectives and GPU, ``jax.distributed`` and Keras's distribution (2+ workers).
+
+    TensorFlow may still run the input pipeline (``mldist.data``): it reads its pool sizes from
+    the environment when it starts. ``allow_soft_placement`` is TensorFlow's and does not apply.
+    """
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(plan.intra_op))
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(plan.inter_op))
+    from .jax_engine import set_data_parallel
+
+    eng = engine.get("jax")
+    gpu = eng.prepare(placement, plan, os.environ)  # type: ignore[attr-defined]
+    _, used, workers, library = _collectives(None, placement, comm, gpu is not None, keras="jax")
+    if placement.size == 1:
+        set_data_parallel(1)
+    return gpu, used, workers, library
 
 
 _warned_idle_gpus = False
@@ -210,7 +259,7 @@ def warn_idle_gpus() -> None:
     """
     global _warned_idle_gpus
     ctx = init()
-    if _warned_idle_gpus:
+    if _warned_idle_gpus or ctx.backend == "jax":  # JAX's DataParallel uses every device it is given
         return
     import tensorflow as tf
 
@@ -234,6 +283,11 @@ def strategy() -> Any:
             model = build_model()
     """
     ctx = init()
+    if ctx.backend == "jax":
+        raise UnsupportedError(
+            "mldist.strategy() is TensorFlow's tf.distribute; on KERAS_BACKEND=jax mldist.init() already "
+            "set keras.distribution.DataParallel over every process: build the model without a scope"
+        )
     if STATE.strategy is None and ctx.communication == "mpi":
         STATE.strategy = _late_strategy()
     if STATE.strategy is None:
