@@ -287,7 +287,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rank {args.rank}: job {args.job} has ranks 0-{record.tasks - 1}")
 
     def sources() -> list[tuple[Path, str]]:
-        return log_sources(Path(record.output_dir), record.log_path(None), args.rank)
+        tasks = (lambda index: record.log_path(None, index)) if record.array else None
+        return log_sources(Path(record.output_dir), record.log_path(None), args.rank, tasks)
 
     if args.follow:
 

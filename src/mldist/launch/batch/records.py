@@ -45,11 +45,17 @@ class JobRecord:
     submitted_at: float
     command: tuple[str, ...]
     tasks: int = 0  # ranks in the job (0: recorded before mldist kept it)
+    array: str | None = None  # the --array of an array job
 
-    def log_path(self, rank: int | None = None) -> Path:
-        """The batch log, or rank ``rank``'s log."""
-        name = f"rank-{rank}.log" if rank is not None else scheduler(self.scheduler).batch_log.format(id=self.job_id)
-        return Path(self.output_dir) / name
+    def log_path(self, rank: int | None = None, task: int | None = None) -> Path:
+        """The batch log, or rank ``rank``'s log; of array task ``task`` in an array job."""
+        sched, folder = scheduler(self.scheduler), Path(self.output_dir)
+        if task is not None:
+            if rank is not None:
+                return folder / f"array-{task}" / f"rank-{rank}.log"
+            return folder / sched.array_log.format(id=self.job_id, index=task)
+        name = f"rank-{rank}.log" if rank is not None else sched.batch_log.format(id=self.job_id)
+        return folder / name
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -104,6 +110,7 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
         time.time(),
         spec.command,
         spec.total_tasks,
+        spec.array,
     )
     text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
     atomic_write(out / "job.json", text, PRIVATE_FILE, PRIVATE_DIR)
@@ -136,7 +143,9 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 def _record_from(data: object, path: Path) -> JobRecord:
     """A JobRecord from parsed JSON, or a ConfigError naming the file if its shape is wrong."""
     damaged = ConfigError(f"the record {path} is damaged (wrong fields or types); remove it")
-    if not isinstance(data, dict) or set(data) - {*_FIELDS, "command", "tasks"}:
+    if not isinstance(data, dict) or set(data) - {*_FIELDS, "command", "tasks", "array"}:
+        raise damaged
+    if not isinstance(data.get("array"), (str, type(None))):
         raise damaged
     if any(not isinstance(data.get(k), t) or isinstance(data.get(k), bool) for k, t in _FIELDS.items()):
         raise damaged
