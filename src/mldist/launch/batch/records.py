@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -92,15 +93,26 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no message)"
 
 
-def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
-    """Write the script into the output directory, submit it and record the job."""
+def submit(spec: JobSpec, env: Mapping[str, str] | None = None, fresh: bool = False) -> JobRecord:
+    """Write the script into the output directory, submit it and record the job.
+
+    Args:
+        spec: the job.
+        env: where the job index lives (default ``os.environ``; see :func:`state_dir`).
+        fresh: the output directory was made for this job: removed again if nothing was submitted.
+    """
     out = Path(spec.output_dir)
     script = out / "job.sh"
     # Executable for the owner: Cobalt's qsub runs only executable scripts.
     atomic_write(script, render(spec), PRIVATE_SCRIPT, PRIVATE_DIR)
     argv = scheduler(spec.scheduler).submit(str(script))
-    res = run_command(argv, umask=current_umask() | 0o077)  # the job (and its batch log) inherit it
+    try:
+        res = run_command(argv, umask=current_umask() | 0o077)  # the job (and its batch log) inherit it
+    except ConfigError:  # no submit command here: nothing was submitted
+        _discard(script, fresh)
+        raise
     if res.returncode != 0:
+        _discard(script, fresh)
         raise LaunchError(f"{argv[0]} refused the job: {_last_line(res.stderr or res.stdout)}")
     record = JobRecord(
         parse_job_id(spec.scheduler, res.stdout),
@@ -116,6 +128,14 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
     atomic_write(out / "job.json", text, PRIVATE_FILE, PRIVATE_DIR)
     atomic_write(_index_path(record.job_id, env), text, PRIVATE_FILE, PRIVATE_DIR)
     return record
+
+
+def _discard(script: Path, fresh: bool) -> None:
+    """Remove the script of a job that was not submitted, and its directory if made for it and now empty."""
+    if fresh:
+        script.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            script.parent.rmdir()
 
 
 def load_record(job_id: str, env: Mapping[str, str] | None = None) -> JobRecord:
