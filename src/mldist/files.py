@@ -21,6 +21,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import ConfigError
+
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename or a new entry in directory ``path`` durable.
@@ -138,3 +140,42 @@ def replace_durably(tmp: Path, final: Path) -> None:
             os.fsync(fh.fileno())
     os.replace(tmp, final)
     fsync_dir(final.parent)
+
+
+#: How many ``-N`` suffixes :func:`new_directory` tries before it gives up.
+MAX_SUFFIX = 1000
+
+
+def new_directory(base: str | os.PathLike[str], mode: int = 0o777, create: bool = True) -> Path:
+    """A directory that did not exist: ``base``, else ``base-2``, ``base-3``, ...; created with ``mode``.
+
+    ``os.mkdir`` without ``exist_ok`` claims each name atomically, so two processes asking for
+    the same ``base`` at the same moment get different directories. Missing parents are made
+    with ``mode`` too (less the umask).
+
+    Args:
+        base: the preferred path.
+        mode: permission bits of the new directory, less the umask.
+        create: False only looks for the first free name (a preview; nothing is created).
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> [new_directory(d / "job").name for _ in range(3)]
+        ['job', 'job-2', 'job-3']
+    """
+    first = Path(base)
+    if create:
+        make_dirs(first.parent, mode)
+    for n in range(1, MAX_SUFFIX + 1):
+        path = first if n == 1 else first.with_name(f"{first.name}-{n}")
+        if not create:
+            if not os.path.lexists(path):
+                return path
+            continue
+        try:
+            path.mkdir(mode)
+        except FileExistsError:
+            continue
+        return path
+    raise ConfigError(f"{first} and {MAX_SUFFIX - 1} suffixed names are taken; remove old ones or choose another name")

@@ -36,6 +36,12 @@ CASES: list[tuple[str, list[str], str]] = [
     ("submit-time-newline", [*SUBMIT, "--time", "1:00:00\n", "--", "true"], "is not M, H:MM:SS"),
     ("submit-grace-huge", [*SUBMIT, "--grace", "9999999", "--", "true"], "more than 604800"),
     ("submit-site-wrong-type", [*SUBMIT, "--site", "bad-nodes", "--", "true"], "nodes must be a whole number"),
+    ("submit-array-index-no-array", [*SUBMIT, "--wrap", "env T={array_index}", "--", "true"], "needs --array"),
+    (
+        "submit-array-requeue-pbs",
+        [*SUBMIT, "--scheduler", "pbs", "--array", "0-3", "--requeue", "--time", "9", "--", "true"],
+        "--requeue with --array on PBS",
+    ),
     ("status-empty-id", ["status", ""], "is not a job id"),
     ("status-newline-id", ["status", "4242\n"], "is not a job id"),
     ("cancel-empty-id", ["cancel", ""], "is not a job id"),

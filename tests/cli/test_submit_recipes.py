@@ -1,8 +1,9 @@
 """Each centre guide's job recipe as one ``mldist submit --dry-run`` line, through the real CLI.
 
 These command lines are the README's (batch-jobs section): each runs ``python -m mldist`` in a
-subprocess, in an empty working directory with no user site file, and the test checks the
-lines of the printed script that make the recipe. Bad input gets exit 2 and one stderr line.
+subprocess, in an empty working directory with no user site file and no scheduler on PATH (a
+laptop), and the test checks the lines of the printed script that make the recipe. Bad input
+gets exit 2 and one stderr line.
 """
 
 from __future__ import annotations
@@ -97,13 +98,13 @@ RECIPES: list[tuple[str, str, list[str]]] = [
     ),
     (
         "xla-cuda-module",
-        "submit --scheduler slurm --module cuda/12.2 --env 'XLA_FLAGS=--xla_gpu_cuda_data_dir=${CUDA_PATH}'"
+        "submit --module cuda/12.2 --env 'XLA_FLAGS=--xla_gpu_cuda_data_dir=${CUDA_PATH}'"
         " --gpus-per-node 4 --dry-run -- python train.py",
         ["module load cuda/12.2", 'export XLA_FLAGS=--xla_gpu_cuda_data_dir="${CUDA_PATH-}"'],
     ),
     (
         "vtune",
-        "submit --scheduler slurm --wrap 'vtune -collect hotspots -r {job_dir}/vtune-{rank} --'"
+        "submit --wrap 'vtune -collect hotspots -r {job_dir}/vtune-{rank} --'"
         " --env-source {vars} --env 'LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/intel/vtune/lib64'"
         " --dry-run -- python train.py",
         [
@@ -132,7 +133,6 @@ BAD: list[tuple[str, list[str], str]] = [
     ("wrap-unknown-placeholder", ["--wrap", "{nope}"], "unknown placeholder {nope}"),
     ("wrap-unbalanced-quote", ["--wrap", "nsys 'profile"], "cannot be split into words"),
     ("launcher-bogus", ["--launcher", "bogus"], "invalid choice: 'bogus'"),
-    ("env-source-missing", ["--env-source", "/missing/amplxe-vars.sh"], "is not a file"),
     ("container-quote", ["--container", 'docker://bad"quote'], "is refused: give a local .sif path or docker://"),
     ("gpu-request-bogus", ["--gpu-request", "some"], "invalid choice: 'some'"),
     ("gpu-per-task-mismatch", ["--site", "saga", "--gpus-per-node", "4", "--tasks-per-node", "1"], "must equal"),
@@ -141,16 +141,23 @@ BAD: list[tuple[str, list[str], str]] = [
 ]
 
 
+#: What a dry run says, in one stderr line, when it had to choose the scheduler itself.
+NO_SCHEDULER = (
+    "mldist submit: note: no scheduler found here; the dry run renders for slurm (or give --scheduler pbs|cobalt)\n"
+)
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """An empty working directory (no ./mldist-sites.toml) with a vendor setup script in it."""
     (tmp_path / "amplxe-vars.sh").write_text("export VTUNE_PROFILER_DIR=/opt/intel/vtune\n")
+    (tmp_path / "empty-bin").mkdir()
     return tmp_path
 
 
 def submit(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
-    """``mldist ARGV`` in ``workdir`` with no user site file."""
-    env = clean_env(XDG_CONFIG_HOME=str(workdir / "config"), HOME=str(workdir))
+    """``mldist ARGV`` in ``workdir`` with no user site file and no scheduler on PATH."""
+    env = clean_env(XDG_CONFIG_HOME=str(workdir / "config"), HOME=str(workdir), PATH=str(workdir / "empty-bin"))
     res: subprocess.CompletedProcess[str] = mldist(argv, timeout=60, cwd=workdir, env=env)
     return res
 
@@ -158,8 +165,10 @@ def submit(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("line", "want"), [(r[1], r[2]) for r in RECIPES], ids=[r[0] for r in RECIPES])
 def test_a_guide_recipe_is_one_submit_line(workdir: Path, line: str, want: list[str]) -> None:
     vars_sh = str(workdir / "amplxe-vars.sh")
-    res = submit(shlex.split(line.replace("{vars}", vars_sh)), workdir)
-    assert res.returncode == 0 and res.stderr == "", tail(res)
+    argv = shlex.split(line.replace("{vars}", vars_sh))
+    res = submit(argv, workdir)
+    chosen = any(a in ("--site", "--scheduler") for a in argv)
+    assert res.returncode == 0 and res.stderr == ("" if chosen else NO_SCHEDULER), tail(res)
     script = res.stdout
     assert script.startswith("#!/bin/bash\n"), tail(res)
     for text in want:
@@ -181,3 +190,38 @@ def test_bad_recipe_input_is_one_line_and_exit_2(workdir: Path, words: list[str]
     assert len(lines) == 1 and lines[0].startswith("mldist submit: error: "), tail(res)
     assert message in lines[0], tail(res)
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("words", "directive", "stderr"),
+    [([], "#SBATCH --nodes=1", NO_SCHEDULER), (["--scheduler", "pbs"], "#PBS -l select=1:mpiprocs=1", "")],
+    ids=["slurm-by-default", "scheduler-pbs"],
+)
+def test_a_dry_run_needs_no_scheduler(workdir: Path, words: list[str], directive: str, stderr: str) -> None:
+    res = submit(["submit", "--dry-run", *words, "--", "python", "train.py"], workdir)
+    assert res.returncode == 0 and res.stderr == stderr, tail(res)
+    assert directive in res.stdout.splitlines(), tail(res)
+    assert not (workdir / "mldist-jobs").exists()  # a dry run writes nothing
+    real = submit(["submit", *words, "--", "python", "train.py"], workdir)  # submitting still needs one
+    assert real.returncode == 2 and real.stdout == "", tail(real)
+    assert len(real.stderr.splitlines()) == 1 and "Traceback" not in real.stderr, tail(real)
+    assert list(workdir.glob("mldist-jobs/*")) == []  # a failed submission leaves no job directory
+
+
+def test_missing_local_files_warn_in_a_dry_run_and_stop_a_submission(workdir: Path) -> None:
+    venv, source, cmd = ["--venv", "no-venv"], ["--env-source", "/missing/vars.sh"], ["--", "python", "t.py"]
+    res = submit(["submit", "--scheduler", "slurm", "--dry-run", *venv, *source, *cmd], workdir)
+    assert res.returncode == 0, tail(res)
+    assert res.stderr.splitlines() == [
+        f"mldist submit: warning: --venv '{workdir}/no-venv' has no bin/activate; create it (mldist build-env)"
+        " or fix the path (a dry run goes on; submitting stops here)",
+        "mldist submit: warning: --env-source '/missing/vars.sh' is not a file; give the setup script's path"
+        " (a dry run goes on; submitting stops here)",
+    ]
+    assert "set +u; source /missing/vars.sh; set -u" in res.stdout.splitlines(), tail(res)
+    for words, flag in (([*venv, *source], "--venv"), (source, "--env-source")):
+        real = submit(["submit", "--scheduler", "slurm", *words, *cmd], workdir)
+        assert real.returncode == 2 and real.stdout == "", tail(real)
+        (line,) = real.stderr.splitlines()
+        assert line.startswith(f"mldist submit: error: {flag} ") and "Traceback" not in real.stderr
+    assert not (workdir / "mldist-jobs").exists()  # refused before anything was written

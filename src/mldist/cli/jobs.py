@@ -8,18 +8,21 @@ Example:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..files import new_directory
 from ..launch.batch.launchers import LAUNCHERS
-from ..launch.batch.records import cancel, job_status, list_records, load_record, submit
+from ..launch.batch.records import PRIVATE_DIR, cancel, job_status, list_records, load_record, submit
 from ..launch.batch.render import render
 from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
 from ..launch.batch.sites import site_profile
@@ -35,14 +38,19 @@ example:
   mldist submit --module cuda --env 'XLA_FLAGS=--xla_gpu_cuda_data_dir=${CUDA_PATH}' -- python train.py
   mldist submit --container docker://tensorflow/tensorflow:2.16.1-gpu --gpus-per-node 4 -- python train.py
   mldist submit --wrap 'vtune -collect hotspots -r {job_dir}/vtune-{rank} --' -- python train.py
+  mldist submit --array 0-9 --time 1:00:00 --wrap 'env TRIAL={array_index}' -- python sweep.py
 
 The script starts one process per task (srun, aprun, PALS mpiexec, Open MPI mpirun or
 Hydra mpiexec), records the software environment in the output directory and writes one
-rank-R.log per rank. Without --cpus-per-task the node's cores are shared among its ranks
-(the site's cores_per_node, else measured when the job starts). In --env values $NAME and
+rank-R.log per rank; each job gets a new mldist-jobs/NAME-TIME (-2, -3, ... when taken). An
+--array task has its own array-I/ (logs, run/) and $MLDIST_ARRAY_INDEX. Without
+--cpus-per-task the node's cores are shared among its ranks (the site's cores_per_node,
+else measured when the job starts). In --env values $NAME and
 ${NAME} expand when the job starts, after the modules load; write $$ for a literal $.
 With --requeue, the workers get SIGUSR1 --grace seconds before the time limit;
-if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cobalt)."""
+if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cobalt).
+--dry-run works on any machine: with no scheduler found it renders for Slurm (or --scheduler)
+and missing --venv/--env-source files are warnings; submitting stops at them."""
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -92,16 +100,16 @@ def _add_submit(sub: Any) -> None:
         ("--mem-per-cpu", "memory per CPU (Slurm), e.g. 4G"),
         ("--time", "time limit: M, H:MM:SS or D-HH:MM:SS"),
         ("--dependency", "e.g. afterok:4242"),
-        ("--array", "e.g. 0-9"),
+        ("--array", "an array of jobs, e.g. 0-9 (Slurm, PBS); each task logs in array-INDEX/"),
         ("--account", "project to charge"),
         ("--constraint", "node features (Slurm), --attrs (Cobalt)"),
         ("--venv", "activate this virtual environment"),
         ("--conda", "activate this conda environment"),
         ("--container", "run every task in this Apptainer image: a .sif, or docker://... / library://... pulled once"),
         ("--container-cache", "keep pulled images here (default: the job directory)"),
-        ("--wrap", "prefix each rank's command, e.g. 'nsys profile -o {job_dir}/r{rank} --' ({local_rank}, {job_id})"),
+        ("--wrap", "prefix each rank's command, e.g. 'nsys profile -o {job_dir}/r{rank} --' (also {local_rank}, ...)"),
         ("--job-name", "job name (default mldist)"),
-        ("--output-dir", "script, logs and environment record (default mldist-jobs/NAME-TIME)"),
+        ("--output-dir", "script, logs and environment record, used as given (default: a new mldist-jobs/NAME-TIME)"),
         ("--srun-mpi", "srun's --mpi plugin (pmix, pmi2, none, ...); default auto: pmix for Open MPI if Slurm has it"),
         ("--network-interface", "interface or address/CIDR MPI uses between nodes (ib0, 10.1.0.0/16)"),
     ):
@@ -198,8 +206,23 @@ def _local_path(value: str) -> str:
     return str(Path(value).expanduser().absolute()) if "://" not in value else value
 
 
-def build_spec(args: argparse.Namespace, command: list[str], now: float | None = None) -> JobSpec:
-    """The JobSpec from CLI options over a site profile over defaults."""
+def build_spec(
+    args: argparse.Namespace, command: list[str], now: float | None = None, notes: list[str] | None = None
+) -> JobSpec:
+    """The JobSpec from CLI options over a site profile over defaults.
+
+    A dry run (``args.dry_run``) needs no scheduler here (it renders for Slurm) and only warns
+    about missing local files; a submission stops at them.
+
+    Args:
+        args: the parsed ``mldist submit`` options.
+        command: the command each task runs.
+        now: the submit time in the default output directory's name (default: now).
+        notes: collects the dry run's one-line notes (default: printed to stderr at once).
+
+    Example:
+        spec = build_spec(args, ["python", "train.py"], notes=notes)
+    """
     opts: dict[str, Any] = dict(site_profile(args.site)) if args.site else {}
     env = dict(opts.pop("env", {}))
     partitions = opts.pop("partitions", {})
@@ -217,8 +240,9 @@ def build_spec(args: argparse.Namespace, command: list[str], now: float | None =
     env.update(dict(args.env or ()))
     opts["env"] = tuple(env.items())
     opts["unset"] = tuple(dict.fromkeys([*opts.get("unset", ()), *(getattr(args, "unset", None) or ())]))
-    opts["scheduler"] = args.scheduler or opts.get("scheduler") or detect_scheduler(shutil.which, _probe)
-    _paths(args, opts)
+    say = notes.append if notes is not None else (lambda text: print(text, file=sys.stderr))
+    opts["scheduler"] = args.scheduler or opts.get("scheduler") or _detect(args, say)
+    _paths(args, opts, say)
     name = opts.get("job_name", "mldist")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     out = args.output_dir or f"mldist-jobs/{name}-{stamp}"
@@ -226,31 +250,55 @@ def build_spec(args: argparse.Namespace, command: list[str], now: float | None =
     return JobSpec(command=tuple(command), **opts)
 
 
-def _paths(args: argparse.Namespace, opts: dict[str, Any]) -> None:
-    """Absolute paths for --venv, --container and friends; the files a job needs must exist."""
+def _detect(args: argparse.Namespace, say: Callable[[str], None]) -> str:
+    """This machine's scheduler; for a dry run without one, Slurm (said in one line)."""
+    try:
+        return detect_scheduler(shutil.which, _probe)
+    except ConfigError:
+        if not getattr(args, "dry_run", False):
+            raise
+    say("mldist submit: note: no scheduler found here; the dry run renders for slurm (or give --scheduler pbs|cobalt)")
+    return "slurm"
+
+
+def _paths(args: argparse.Namespace, opts: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Absolute paths for --venv, --container and friends; the files a job needs must exist.
+
+    A dry run only warns about a missing one (it may be rendered on another machine).
+    """
     for key in ("venv", "container", "container_cache"):
         value = getattr(args, key, None)
         if value is not None:
             opts[key] = _local_path(value)
     if args.conda is not None:
         opts["conda"] = args.conda
-    if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
-        raise ConfigError(f"--venv {opts['venv']!r} has no bin/activate; create it (mldist build-env) or fix the path")
     sources = tuple(_local_path(f) for f in opts["env_source"])
-    for path in sources:
-        if not Path(path).is_file():
-            raise ConfigError(f"--env-source {path!r} is not a file; give the setup script's path")
     opts["env_source"] = sources
+    absent = [path for path in sources if not Path(path).is_file()]
+    missing = [f"--env-source {path!r} is not a file; give the setup script's path" for path in absent]
+    if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
+        missing.insert(0, f"--venv {opts['venv']!r} has no bin/activate; create it (mldist build-env) or fix the path")
+    if missing and not getattr(args, "dry_run", False):
+        raise ConfigError(missing[0])
+    for text in missing:
+        say(f"mldist submit: warning: {text} (a dry run goes on; submitting stops here)")
     if opts.get("container"):
         opts["mldist_path"] = str(MLDIST_PACKAGE)
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    spec = build_spec(args, command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"))
+    notes: list[str] = []
+    spec = build_spec(args, command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"), notes=notes)
+    render(spec)  # every refusal comes before anything is created or noted: one error line only
+    for note in notes:
+        print(note, file=sys.stderr)
+    if args.output_dir is None:  # a default name is made unique (-2, -3, ...); a dry run only looks
+        out = new_directory(spec.output_dir, PRIVATE_DIR, create=not args.dry_run)
+        spec = dataclasses.replace(spec, output_dir=str(out))
     if args.dry_run:
         sys.stdout.write(render(spec))
         return 0
-    record = submit(spec)
+    record = submit(spec, fresh=args.output_dir is None)
     print(f"submitted job {record.job_id} ({record.scheduler})")
     print(f"logs: {record.output_dir}  (mldist logs {record.job_id} [--rank R] [--follow])")
     return 0
@@ -287,7 +335,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rank {args.rank}: job {args.job} has ranks 0-{record.tasks - 1}")
 
     def sources() -> list[tuple[Path, str]]:
-        return log_sources(Path(record.output_dir), record.log_path(None), args.rank)
+        tasks = (lambda index: record.log_path(None, index)) if record.array else None
+        return log_sources(Path(record.output_dir), record.log_path(None), args.rank, tasks)
 
     if args.follow:
 

@@ -53,6 +53,8 @@ PREFIX = {"slurm": "#SBATCH", "pbs": "#PBS", "cobalt": "#COBALT"}
 JOB_ID = {"slurm": ("SLURM_JOB_ID", "4242"), "pbs": ("PBS_JOBID", "77.pbs"), "cobalt": ("COBALT_JOBID", "88")}
 RANK_VAR = {"slurm": "SLURM_PROCID", "pbs": "PMI_RANK", "cobalt": "ALPS_APP_PE"}
 SIZE_VAR = {"slurm": "SLURM_NTASKS", "pbs": "PMI_SIZE", "cobalt": "MLDIST_SIZE"}
+#: Where array tasks find their index: Slurm, PBS Pro, Torque.
+ARRAY_VARS = ("SLURM_ARRAY_TASK_ID", "PBS_ARRAY_INDEX", "PBS_ARRAYID")
 ENV_PYTHON_CALLS = [
     ["-c", "import sys; print(sys.executable, sys.version)"],
     ["-m", "pip", "freeze"],
@@ -158,6 +160,14 @@ class Job:
     def stderr(self) -> str:
         return (self.tmp / "stderr").read_text()
 
+    @property
+    def taskdir(self) -> Path:
+        """Where the ranks log: the job directory, or an array task's ``array-INDEX`` in it."""
+        if not self.spec.array:
+            return self.jobdir
+        index = next((self.env[v] for v in ARRAY_VARS if v in self.env), "0")
+        return self.jobdir / f"array-{index}"
+
     def records(self) -> list[dict[str, Any]]:
         if not self.log.exists():
             return []
@@ -175,7 +185,7 @@ class Job:
 
     def explain(self) -> str:
         out, err = self.stdout, self.stderr
-        logs = "".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.jobdir.glob("rank-*.log")))
+        logs = "".join(f"--- {p.name}\n{p.read_text()}" for p in sorted(self.taskdir.glob("rank-*.log")))
         return f"exit {self.returncode}\n--- stdout\n{out}--- stderr\n{err}{logs}--- script\n{self.text}"
 
 
@@ -316,22 +326,27 @@ def check_consistency(scheduler: str, directives: list[Any], launch: list[str]) 
         assert int(opts["-n"]) == int(dict(directives)["-n"]) * int(opts["-N"])
 
 
-def slurm_base(out: str, tasks: int = 1, nodes: int = 1, name: str = "mldist", exclusive: bool = True) -> list[str]:
+def slurm_base(
+    out: str, tasks: int = 1, nodes: int = 1, name: str = "mldist", exclusive: bool = True, array: bool = False
+) -> list[str]:
     """The directives of every Slurm job; ``--exclusive`` when the threads are measured at the start."""
     return [
         f"--job-name={name}",
         f"--nodes={nodes}",
         f"--ntasks-per-node={tasks}",
-        f"--output={out}/job-%j.out",
+        f"--output={out}/job-%A_%a.out" if array else f"--output={out}/job-%j.out",
         "--open-mode=append",
         *(["--exclusive"] if exclusive else []),
     ]
 
 
-def pbs_base(out: str, select: str = "select=1:mpiprocs=1", name: str = "mldist") -> list[tuple[str, str]]:
+def pbs_base(
+    out: str, select: str = "select=1:mpiprocs=1", name: str = "mldist", array: bool = False
+) -> list[tuple[str, str]]:
     """The directives of every PBS job; whole nodes (``excl``) when the select has no ncpus."""
     place = "place=scatter" if ":ncpus=" in select else "place=scatter:excl"
-    return [("-N", name), ("-l", select), ("-l", place), ("-o", f"{out}/job.out"), ("-j", "oe")]
+    log = f"{out}/job.^array_index^.out" if array else f"{out}/job.out"
+    return [("-N", name), ("-l", select), ("-l", place), ("-o", log), ("-j", "oe")]
 
 
 def cobalt_base(out: str, nodes: int = 1) -> list[tuple[str, str]]:
@@ -399,14 +414,14 @@ def check_job_ran(job: Job, launch: list[str], container: list[str], command: tu
     assert sorted(int(t["env"][RANK_OF[s.launcher_name]]) for t in tasks) == list(range(s.total_tasks))
     assert {t["env"][SIZE_OF[s.launcher_name]] for t in tasks} == {str(s.total_tasks)}
 
-    logs = sorted(p.name for p in job.jobdir.glob("rank-*.log"))
+    logs = sorted(p.name for p in job.taskdir.glob("rank-*.log"))
     assert logs == sorted(f"rank-{r}.log" for r in range(s.total_tasks))
     for r in range(s.total_tasks):
-        seen = json.loads((job.jobdir / f"rank-{r}.log").read_text().splitlines()[-1])
+        seen = json.loads((job.taskdir / f"rank-{r}.log").read_text().splitlines()[-1])
         assert seen["env"][RANK_OF[s.launcher_name]] == str(r)
 
     _, job_id = JOB_ID[sched]
-    record = job.jobdir / f"environment-{job_id}.txt"
+    record = job.taskdir / f"environment-{job_id}.txt"
     lines = record.read_text().splitlines()
     attempt = tasks[0]["env"]["MLDIST_ATTEMPT"]
     assert lines[0].startswith(f"# job {job_id} attempt {attempt} on ")

@@ -172,7 +172,7 @@ CASES = [
             directives=("--exclusive", "--mail-type=END"),
         ),
         lambda t: [
-            *slurm_base(out_dir(t), tasks=2, nodes=2, name="train.v2", exclusive=False),
+            *slurm_base(out_dir(t), tasks=2, nodes=2, name="train.v2", exclusive=False, array=True),
             "--cpus-per-task=3",
             "--gpus-per-node=2",
             "--time=1:30:00",
@@ -190,10 +190,10 @@ CASES = [
             *["--cpus-per-task=3", "--cpu-bind=cores", "--gpus-per-task=1"],
         ],
         lambda t: (
-            {"OMP_NUM_THREADS": "3", "MLDIST_CPUS_PER_TASK": "3", "MLDIST_JOB_DIR": out_dir(t)}
-            | {"MLDIST_ATTEMPT": "2", "SLURM_NTASKS": "4"}
+            {"OMP_NUM_THREADS": "3", "MLDIST_CPUS_PER_TASK": "3", "MLDIST_JOB_DIR": out_dir(t) + "/array-2"}
+            | {"MLDIST_ATTEMPT": "2", "SLURM_NTASKS": "4", "MLDIST_ARRAY_INDEX": "2"}
         ),
-        env={"SLURM_RESTART_COUNT": "2"},
+        env={"SLURM_RESTART_COUNT": "2", "SLURM_ARRAY_TASK_ID": "2"},
     ),
     Case(
         "slurm-days-gpus-not-per-task",
@@ -234,7 +234,7 @@ CASES = [
             directives=("-l filesystems=home:eagle",),
         ),
         lambda t: [
-            *pbs_base(out_dir(t), "select=2:ncpus=8:mpiprocs=2:ngpus=2:mem=64gb", name="pbs-run"),
+            *pbs_base(out_dir(t), "select=2:ncpus=8:mpiprocs=2:ngpus=2:mem=64gb", name="pbs-run", array=True),
             ("-l", "walltime=2:00:00"),
             ("-q", "prod"),
             ("-A", "proj"),

@@ -41,3 +41,20 @@ def test_job_ids_and_states() -> None:
     assert parse_status("cobalt", "9", "JobID: 9\n    State   : running\n").state == "RUNNING"
     with pytest.raises(ConfigError, match="knows no job 5"):
         parse_status("slurm", "5", "")
+
+
+def test_an_array_job_state_sums_up_its_tasks() -> None:
+    """``scontrol show job -o ARRAY`` prints a line per task (pending ones condensed into one)."""
+    done = "JobId=4242 ArrayJobId=4242 ArrayTaskId=0 JobState=COMPLETED Restarts=0 ExitCode=0:0"
+    failed = "JobId=4243 ArrayJobId=4242 ArrayTaskId=1 JobState=FAILED Restarts=1 ExitCode=3:0"
+    waiting = "JobId=4244 ArrayJobId=4242 ArrayTaskId=2-5 JobState=PENDING Restarts=0 ExitCode=0:0"
+    running = waiting.replace("PENDING", "RUNNING").replace("2-5", "2")
+    st = parse_status("slurm", "4242", "\n".join([done, failed]))
+    assert (st.state, st.exit_code, st.restarts, st.final) == ("FAILED", 3, 1, True)
+    assert parse_status("slurm", "4242", "\n".join([done, done])).state == "COMPLETED"
+    pending = parse_status("slurm", "4242", "\n".join([done, failed, waiting]))
+    assert (pending.state, pending.exit_code, pending.final) == ("PENDING", None, False)
+    mixed = parse_status("slurm", "4242", "\n".join([waiting, done, running]))
+    assert (mixed.state, mixed.exit_code, mixed.final) == ("RUNNING", None, False)
+    begun = json.dumps({"Jobs": {"77[].pbs": {"job_state": "B"}}})  # PBS: an array some of whose subjobs run
+    assert parse_status("pbs", "77[].pbs", begun).state == "RUNNING"

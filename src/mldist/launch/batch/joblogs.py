@@ -17,27 +17,54 @@ from pathlib import Path
 from typing import IO
 
 _RANK_LOG = re.compile(r"rank-([0-9]{1,7})\.log")
+#: An array task's directory (see ``render.array_lines``).
+_ARRAY_DIR = re.compile(r"array-([0-9]{1,9})")
 
 #: (file, prefix for each of its lines)
 Source = tuple[Path, str]
 
 
-def log_sources(job_dir: Path, batch_log: Path, rank: int | None = None) -> list[Source]:
+def log_sources(
+    job_dir: Path, batch_log: Path, rank: int | None = None, array_log: Callable[[int], Path] | None = None
+) -> list[Source]:
     """The batch log and every ``rank-R.log`` of ``job_dir`` in rank order, or rank ``rank``'s log alone.
+
+    Args:
+        job_dir: the job's output directory.
+        batch_log: the batch script's log (not used for an array job).
+        rank: only this rank's log (in every array task).
+        array_log: for an array job, the batch log of task INDEX; each task's ranks log in
+            ``array-INDEX/`` and its lines are prefixed ``[task I]`` / ``[task I rank R]``.
 
     Example:
         >>> log_sources(Path("/nonexistent"), Path("/nonexistent/job.out"))
         [(PosixPath('/nonexistent/job.out'), '')]
     """
-    if rank is not None:
-        return [(job_dir / f"rank-{rank}.log", "")]
-    ranks = []
-    if job_dir.is_dir():
-        for path in job_dir.iterdir():
-            match = _RANK_LOG.fullmatch(path.name)
+    if array_log is None:
+        return _task_sources(job_dir, batch_log, rank, "")
+    found = []
+    for index, task_dir in _numbered(job_dir, _ARRAY_DIR):
+        found += _task_sources(task_dir, array_log(index), rank, f"task {index}")
+    return found
+
+
+def _numbered(folder: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+    """The entries of ``folder`` whose names match ``pattern`` (one number), by that number."""
+    entries = []
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = pattern.fullmatch(path.name)
             if match:
-                ranks.append((int(match.group(1)), path))
-    return [(batch_log, ""), *((p, f"[{r}] ") for r, p in sorted(ranks))]
+                entries.append((int(match.group(1)), path))
+    return sorted(entries)
+
+
+def _task_sources(job_dir: Path, batch_log: Path, rank: int | None, label: str) -> list[Source]:
+    tag = f"[{label}] " if label else ""
+    if rank is not None:
+        return [(job_dir / f"rank-{rank}.log", tag)]
+    ranks = [(path, f"[{label + ' rank ' if label else ''}{r}] ") for r, path in _numbered(job_dir, _RANK_LOG)]
+    return [(batch_log, tag), *ranks]
 
 
 def _prefixed(text: str, prefix: str) -> str:

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -45,11 +46,17 @@ class JobRecord:
     submitted_at: float
     command: tuple[str, ...]
     tasks: int = 0  # ranks in the job (0: recorded before mldist kept it)
+    array: str | None = None  # the --array of an array job
 
-    def log_path(self, rank: int | None = None) -> Path:
-        """The batch log, or rank ``rank``'s log."""
-        name = f"rank-{rank}.log" if rank is not None else scheduler(self.scheduler).batch_log.format(id=self.job_id)
-        return Path(self.output_dir) / name
+    def log_path(self, rank: int | None = None, task: int | None = None) -> Path:
+        """The batch log, or rank ``rank``'s log; of array task ``task`` in an array job."""
+        sched, folder = scheduler(self.scheduler), Path(self.output_dir)
+        if task is not None:
+            if rank is not None:
+                return folder / f"array-{task}" / f"rank-{rank}.log"
+            return folder / sched.array_log.format(id=self.job_id, index=task)
+        name = f"rank-{rank}.log" if rank is not None else sched.batch_log.format(id=self.job_id)
+        return folder / name
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -86,15 +93,26 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "(no message)"
 
 
-def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
-    """Write the script into the output directory, submit it and record the job."""
+def submit(spec: JobSpec, env: Mapping[str, str] | None = None, fresh: bool = False) -> JobRecord:
+    """Write the script into the output directory, submit it and record the job.
+
+    Args:
+        spec: the job.
+        env: where the job index lives (default ``os.environ``; see :func:`state_dir`).
+        fresh: the output directory was made for this job: removed again if nothing was submitted.
+    """
     out = Path(spec.output_dir)
     script = out / "job.sh"
     # Executable for the owner: Cobalt's qsub runs only executable scripts.
     atomic_write(script, render(spec), PRIVATE_SCRIPT, PRIVATE_DIR)
     argv = scheduler(spec.scheduler).submit(str(script))
-    res = run_command(argv, umask=current_umask() | 0o077)  # the job (and its batch log) inherit it
+    try:
+        res = run_command(argv, umask=current_umask() | 0o077)  # the job (and its batch log) inherit it
+    except ConfigError:  # no submit command here: nothing was submitted
+        _discard(script, fresh)
+        raise
     if res.returncode != 0:
+        _discard(script, fresh)
         raise LaunchError(f"{argv[0]} refused the job: {_last_line(res.stderr or res.stdout)}")
     record = JobRecord(
         parse_job_id(spec.scheduler, res.stdout),
@@ -104,11 +122,20 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None) -> JobRecord:
         time.time(),
         spec.command,
         spec.total_tasks,
+        spec.array,
     )
     text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
     atomic_write(out / "job.json", text, PRIVATE_FILE, PRIVATE_DIR)
     atomic_write(_index_path(record.job_id, env), text, PRIVATE_FILE, PRIVATE_DIR)
     return record
+
+
+def _discard(script: Path, fresh: bool) -> None:
+    """Remove the script of a job that was not submitted, and its directory if made for it and now empty."""
+    if fresh:
+        script.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            script.parent.rmdir()
 
 
 def load_record(job_id: str, env: Mapping[str, str] | None = None) -> JobRecord:
@@ -136,7 +163,9 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 def _record_from(data: object, path: Path) -> JobRecord:
     """A JobRecord from parsed JSON, or a ConfigError naming the file if its shape is wrong."""
     damaged = ConfigError(f"the record {path} is damaged (wrong fields or types); remove it")
-    if not isinstance(data, dict) or set(data) - {*_FIELDS, "command", "tasks"}:
+    if not isinstance(data, dict) or set(data) - {*_FIELDS, "command", "tasks", "array"}:
+        raise damaged
+    if not isinstance(data.get("array"), (str, type(None))):
         raise damaged
     if any(not isinstance(data.get(k), t) or isinstance(data.get(k), bool) for k, t in _FIELDS.items()):
         raise damaged

@@ -77,6 +77,7 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
     return [
         *lines,
         f"export MLDIST_JOB_DIR={q(s.output_dir)}",
+        *array_lines(s, sched),
         # The job's run directory: mldist.keras.RunLog writes metrics, plots and TensorBoard events here.
         'export MLDIST_RUN_DIR="$MLDIST_JOB_DIR/run"',
         'export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"',
@@ -87,6 +88,32 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
         'export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"',
         'rm -f -- "$MLDIST_REQUEUE_MARK".rank-*',
     ]
+
+
+def array_lines(s: JobSpec, sched: Scheduler) -> list[str]:
+    """For an array task: ``MLDIST_ARRAY_INDEX``, and ``MLDIST_JOB_DIR`` narrowed to ``array-INDEX``.
+
+    Each task then has its own rank logs, run directory, environment record and ``{job_dir}``.
+    """
+    if not s.array:
+        return []
+    return [
+        f'export MLDIST_ARRAY_INDEX="{sched.array_index}"',
+        'export MLDIST_JOB_DIR="$MLDIST_JOB_DIR/array-$MLDIST_ARRAY_INDEX"  # this array task\'s own directory',
+    ]
+
+
+def wrap_word(text: str) -> str:
+    """A ``--wrap`` word: ``{array_index}`` becomes the task's index now, the rest stays for the rank wrapper.
+
+    Example:
+        >>> print(wrap_word("-o {job_dir}/a{array_index}-r{rank}"))
+        '-o {job_dir}/a'"$MLDIST_ARRAY_INDEX"'-r{rank}'
+    """
+    parts = text.split("{array_index}")
+    if len(parts) == 1:
+        return q(text)
+    return '"$MLDIST_ARRAY_INDEX"'.join(q(p) if p else "" for p in parts)
 
 
 def _any_case(text: str) -> str:
@@ -142,7 +169,8 @@ def launch_step(s: JobSpec) -> list[str]:
     The rank wrapper gets the number of ``--wrap`` words first, then those words, the container
     prefix and the command.
     """
-    words = [*launch_argv(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap)), *s.wrap]
+    words = [*launch_argv(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap))]
+    words += [Raw(wrap_word(w)) for w in s.wrap]
     run = " ".join(word(a) for a in [*words, *container_prefix(s), *s.command])
     lines = [
         f"{run} &",

@@ -102,7 +102,7 @@ class JobSpec:
         gpu_request: how Slurm is asked for GPUs: "node" (``--gpus-per-node``), "task"
             (``--gpus-per-task=1``, one GPU per rank) or "total" (``--gpus``).
         wrap: words before each rank's command (a profiler); ``{rank}``, ``{local_rank}``,
-            ``{job_id}`` and ``{job_dir}`` are filled in per rank.
+            ``{job_id}`` and ``{job_dir}`` are filled in per rank, ``{array_index}`` per array task.
         env_source: shell files sourced after the modules load (e.g. a tool's ``vars.sh``).
         container_args: extra ``apptainer exec`` options (binds, ``--rocm``, ...).
         container_cache: where a pulled ``docker://``/``library://`` image is kept (default: the job directory).
@@ -279,8 +279,10 @@ def _validate_recipe(s: JobSpec) -> None:
         )
     for word in s.wrap:
         for name in re.findall(r"\{([^{}]*)\}", word):
-            if name not in WRAP_FIELDS:
-                known = ", ".join("{" + f + "}" for f in WRAP_FIELDS)
+            if name == "array_index" and not s.array:
+                raise ConfigError(f"--wrap {word!r}: {{array_index}} needs --array (e.g. --array 0-9)")
+            if name not in (*WRAP_FIELDS, "array_index"):
+                known = ", ".join("{" + f + "}" for f in (*WRAP_FIELDS, "array_index"))
                 raise ConfigError(f"--wrap {word!r}: unknown placeholder {{{name}}}; known: {known}")
     if s.container and "://" in s.container and not URI.fullmatch(s.container):
         raise ConfigError(

@@ -70,6 +70,8 @@ class Scheduler:
         parse_job_id: reads the submit command's output; default its last word.
         probes: ``(argv, regex)`` pairs whose match on the output identifies the scheduler.
         path_forbidden: characters the output directory cannot hold in a directive.
+        array_index: shell expression of an array task's index ("" if the scheduler has no arrays).
+        array_log: an array task's batch log, relative to the output directory (``{id}``, ``{index}``).
     """
 
     name: str
@@ -90,6 +92,8 @@ class Scheduler:
     probes: tuple[tuple[tuple[str, ...], str], ...] = ()
     nodefile: str | None = None
     path_forbidden: str = "\"\\%\n\r\0 \t#'"
+    array_index: str = ""
+    array_log: str = ""
 
     def directive_lines(self, spec: JobSpec) -> list[str]:
         """The header's directive lines: the table's rows, then the user's raw ones."""

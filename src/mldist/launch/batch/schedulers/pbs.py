@@ -17,7 +17,9 @@ from .base import JobStatus, Row, Scheduler, hms
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
-_STATES = {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "R": "RUNNING", "E": "RUNNING", "F": "FINISHED"}
+# B: an array job some of whose subjobs have begun.
+_STATES = {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "R": "RUNNING", "E": "RUNNING", "B": "RUNNING"}
+_STATES |= {"F": "FINISHED"}
 _VERSION = r"pbs_version|OpenPBS|PBS ?Pro"
 
 
@@ -25,6 +27,8 @@ def directives(s: JobSpec) -> list[Row]:
     """The ``#PBS`` rows of a job."""
     if s.constraint:
         raise ConfigError("--constraint is Slurm's; on PBS use --directive '-l select=...' resources")
+    if s.array and s.requeue:
+        raise ConfigError("--requeue with --array on PBS: a subjob cannot resubmit itself alone; drop one of them")
     if s.mem_per_cpu:
         raise ConfigError("--mem-per-cpu is Slurm's; on PBS give --mem (per node)")
     # Without a thread count the job takes whole nodes (excl) and measures their cores when it starts.
@@ -38,7 +42,8 @@ def directives(s: JobSpec) -> list[Row]:
         ("-N", s.job_name),
         ("-l", select),
         ("-l", "place=scatter" if s.threads else "place=scatter:excl"),
-        ("-o", f"{s.output_dir}/job.out"),
+        # PBS Pro puts each subjob's index where ^array_index^ stands.
+        ("-o", f"{s.output_dir}/job.^array_index^.out" if s.array else f"{s.output_dir}/job.out"),
         ("-j", "oe"),
         ("-l", f"walltime={hms(s.time_seconds)}" if s.time_seconds else None),
         ("-q", s.queue),
@@ -81,4 +86,6 @@ PBS = Scheduler(
     status=lambda job_id: ["qstat", "-x", "-f", "-F", "json", job_id],
     parse_status=parse_status,
     probes=((("qstat", "--version"), _VERSION), (("qsub", "--version"), _VERSION)),
+    array_index="${PBS_ARRAY_INDEX:-${PBS_ARRAYID:-0}}",  # PBS Pro's, else Torque's
+    array_log="job.{index}.out",
 )

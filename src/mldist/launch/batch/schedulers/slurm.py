@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from .base import JobStatus, Row, Scheduler, hms, last_line
+from .base import FINAL, JobStatus, Row, Scheduler, hms, last_line
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -41,7 +41,8 @@ def directives(s: JobSpec) -> list[Row]:
         ("--job-name", s.job_name),
         ("--nodes", str(s.nodes)),
         ("--ntasks-per-node", str(s.tasks)),
-        ("--output", _output(s.output_dir + "/job-%j.out")),
+        # An array task's %j is its own id; %A_%a names it by the array's id (the one recorded) and index.
+        ("--output", _output(s.output_dir + ("/job-%A_%a.out" if s.array else "/job-%j.out"))),
         ("--open-mode", "append"),  # a requeued job appends to its log
         ("--cpus-per-task", str(s.threads) if s.threads else None),
         # No thread count known: whole nodes, so that the cores measured at the start are the job's.
@@ -74,15 +75,32 @@ def _gpus(s: JobSpec) -> list[Row]:
 
 
 def parse_status(job_id: str, text: str) -> JobStatus:
-    """Read ``scontrol show job -o``.
+    """Read ``scontrol show job -o``: one line, or one per task of an array (summed up).
 
     Example:
         >>> parse_status("7", "JobId=7 JobState=RUNNING Restarts=1 ExitCode=0:0").restarts
         1
+        >>> parse_status("7", "JobId=8 JobState=COMPLETED\\nJobId=7 JobState=RUNNING").state
+        'RUNNING'
     """
-    fields = dict(re.findall(r"(\w+)=(\S*)", text))
-    if "JobState" not in fields:
+    rows = [_status_row(job_id, dict(re.findall(r"(\w+)=(\S*)", line))) for line in text.splitlines()]
+    tasks = [row for row in rows if row is not None]
+    if not tasks:
         raise ConfigError(f"Slurm knows no job {job_id} (finished jobs are forgotten after MinJobAge)")
+    if len(tasks) == 1:
+        return tasks[0]
+    states = [t.state for t in tasks]
+    # An array: running while any task runs, else pending while any waits, else the first failure's state.
+    live = [s for s in ("RUNNING", *states) if s in states and s not in FINAL]
+    done = [s for s in states if s != "COMPLETED"] or ["COMPLETED"]
+    codes = [t.exit_code for t in tasks if t.exit_code is not None]
+    state = live[0] if live else done[0]
+    return JobStatus(job_id, state, max(codes) if codes and not live else None, max(t.restarts for t in tasks))
+
+
+def _status_row(job_id: str, fields: dict[str, str]) -> JobStatus | None:
+    if "JobState" not in fields:
+        return None
     code = fields.get("ExitCode", "")
     exit_code = int(code.split(":")[0]) if code[:1].isdigit() else None
     return JobStatus(job_id, fields["JobState"], exit_code, int(fields.get("Restarts", "0") or 0))
@@ -105,4 +123,6 @@ SLURM = Scheduler(
     parse_job_id=lambda out: last_line(out).split(";", 1)[0],
     parse_status=parse_status,
     path_forbidden='"\\%\n\r\0',
+    array_index="${SLURM_ARRAY_TASK_ID:-0}",
+    array_log="job-{id}_{index}.out",
 )
