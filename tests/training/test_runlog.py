@@ -73,12 +73,22 @@ def test_ssh_line_and_logdir_spec() -> None:
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's main job, short: 2 workers, 2 epochs, with a run directory."""
+    """The README's main job, short: 2 workers, 2 epochs, with a run directory (its console in console.txt)."""
     base = tmp_path_factory.mktemp("digits")
     run_dir = base / "run"
-    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, "examples/digits_cnn.py"]
-    check(mldist([*args, "--epochs", "2", "--out", str(base / "out")], timeout=600, cwd=ROOT))
+    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(ROOT / "examples" / "digits_cnn.py")]
+    res = check(mldist([*args, "--epochs", "2"], timeout=600, cwd=base))
+    (base / "console.txt").write_text(res.stdout)
     return run_dir
+
+
+@pytest.mark.slow
+def test_the_example_writes_its_results_into_the_run_directory_and_names_it_last(digits_run: Path) -> None:
+    base = digits_run.parent
+    assert sorted(p.name for p in base.iterdir()) == ["console.txt", "run"]  # no second results folder
+    assert [json.loads((digits_run / f"result-rank{r}.json").read_text())["rank"] for r in (0, 1)] == [0, 1]
+    last = (base / "console.txt").read_text().splitlines()[-1]
+    assert last.startswith("[0] 2 worker(s): test accuracy") and last.endswith(f"results in {digits_run}/")
 
 
 @pytest.mark.slow
