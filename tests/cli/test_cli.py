@@ -12,6 +12,7 @@ import pytest
 
 from helpers import PY, check, clean_env, mldist
 from mldist.cli import build_parser
+from mldist.placement.resources import cpu_probe
 
 
 def _commands() -> list[str]:
@@ -97,6 +98,29 @@ def test_bad_environment_is_reported_not_raised() -> None:
     res = mldist(["env", "--json", "--no-tensorflow"], env=clean_env(SLURM_STEP_ID="0", SLURM_PROCID="x"))
     check(res)
     assert "SLURM_PROCID='x' is not an integer" in res.stdout
+
+
+def test_env_lists_the_variables_of_the_stack_by_name_and_no_unknown_node() -> None:
+    ours = {
+        "XLA_FLAGS": "--xla_gpu_cuda_data_dir=/opt/cuda",
+        "FI_CXI_DISABLE_HOST_REGISTER": "1",
+        "OMPI_MCA_btl": "^openib",
+        "HOROVOD_MPI_THREADS_DISABLE": "1",
+        "KERAS_BACKEND": "tensorflow",
+        "JAX_PLATFORMS": "cpu",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    terraform = {"TF_CLI_CONFIG_FILE": "/home/u/.terraformrc", "TF_VAR_region": "eu", "TF_LOG": "DEBUG"}
+    env = clean_env(**ours, **terraform, OMP_NUM_THREADS="1")
+    res = check(mldist(["env", "--no-tensorflow"], env=env))
+    listed = dict(line.split()[1].split("=", 1) for line in res.stdout.splitlines() if line.startswith("env "))
+    # Terraform's TF_* are not TensorFlow's.
+    assert listed == {**ours, "OMP_NUM_THREADS": "1", "MLDIST_RUNS_DIR": env["MLDIST_RUNS_DIR"]}
+    assert "None" not in res.stdout and "launcher  none: rank 0 of 1, local 0 of 1\n" in res.stdout
+    probe = cpu_probe()
+    if not probe.pinned:  # a narrowed affinity mask wins over the variable
+        assert "threads   1 cpus (OMP_NUM_THREADS): intra-op 1" in res.stdout
+        assert ("note      OMP_NUM_THREADS=1 gives each rank 1 CPU" in res.stdout) == (probe.total > 1)
 
 
 @pytest.mark.parametrize(
