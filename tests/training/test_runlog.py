@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import pwd
 import queue
 import re
 import subprocess
@@ -16,7 +18,7 @@ import pytest
 
 from helpers import PY, ROOT, check, clean_env, mldist, processes_with, tail
 from mldist.keras.runlog import append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
-from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line
+from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # Plain python (no launcher): a tiny model with validation data, default callbacks, then RunLog(None).
@@ -69,6 +71,8 @@ def test_ssh_line_and_logdir_spec() -> None:
     assert ssh_line("ana", "login1", "node7", 8000, 7000) == "ssh -L 8000:localhost:7000 -J ana@login1 ana@node7"
     assert login_host({"PBS_O_HOST": "pbs-login"}) == "pbs-login" and login_host({}, "me.org") == "me.org"
     assert logdir_spec(["a/run", "b/run"]) == "run:a/run,run-2:b/run"
+    assert ssh_user({"USER": "ana", "LOGNAME": "x"}) == "ana" and ssh_user({"LOGNAME": "bo"}) == "bo"
+    assert ssh_user({}) == pwd.getpwuid(os.getuid()).pw_name != "you"  # no $USER in the job: the account's name
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +124,14 @@ def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
 def test_tensorboard_answers_on_loopback_and_prints_the_ssh_line(digits_run: Path) -> None:
     t0 = time.monotonic()
     argv = [PY, "-m", "mldist", "tensorboard", str(digits_run), "--login-host", "login.example.org"]
-    env = clean_env(USER="ana")
+    env = {k: v for k, v in clean_env().items() if k not in ("USER", "LOGNAME")}  # as in some batch jobs
+    me = re.escape(pwd.getpwuid(os.getuid()).pw_name)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         lines = _lines(proc)
         said = [lines.get(timeout=30) for _ in range(3)]
         port = int(re.search(r"http://127\.0\.0\.1:([0-9]+)/", said[0]).group(1))  # type: ignore[union-attr]
-        assert re.fullmatch(rf"ssh -L {port}:localhost:{port} (-J ana@login\.example\.org )?ana@\S+", said[1].strip())
+        assert re.fullmatch(rf"ssh -L {port}:localhost:{port} (-J {me}@login\.example\.org )?{me}@\S+", said[1].strip())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
             assert resp.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs", timeout=10) as resp:
