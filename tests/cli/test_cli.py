@@ -12,6 +12,7 @@ import pytest
 
 from helpers import PY, check, clean_env, mldist
 from mldist.cli import build_parser
+from mldist.launch.batch.spec import JobSpec
 from mldist.placement.resources import cpu_probe
 
 
@@ -59,6 +60,17 @@ def test_every_command_has_help_with_an_example(
     res = check(helps[command])
     assert "example:" in res.stdout
     assert f"mldist {command}" in res.stdout
+
+
+def test_grace_means_the_same_in_run_and_submit_and_its_help_tells_the_real_default() -> None:
+    parser, _handlers = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    run, submit = (next(a for a in sub.choices[c]._actions if "--grace" in a.option_strings) for c in ("run", "submit"))
+    same = "seconds the workers get to save and exit"
+    assert same in run.help and "after SIGINT/SIGTERM" in run.help and f"(default {run.default:g};" in run.help
+    assert same in submit.help and "before the time limit" in submit.help and "(SIGUSR1)" in submit.help
+    assert submit.default is None and f"(default {JobSpec(command=('t',)).grace})" in submit.help  # the spec's
+    assert "same meaning as mldist run's --grace" in submit.help and "submit's --grace is the same time" in run.help
 
 
 @pytest.mark.parametrize(
