@@ -123,7 +123,8 @@ def test_env_lists_the_variables_of_the_stack_by_name_and_no_unknown_node() -> N
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
     terraform = {"TF_CLI_CONFIG_FILE": "/home/u/.terraformrc", "TF_VAR_region": "eu", "TF_LOG": "DEBUG"}
-    env = clean_env(**ours, **terraform, OMP_NUM_THREADS="1")
+    # Without KMP_*: importing TensorFlow earlier in this pytest process may have set some.
+    env = {k: v for k, v in clean_env(**ours, **terraform, OMP_NUM_THREADS="1").items() if not k.startswith("KMP_")}
     res = check(mldist(["env", "--no-tensorflow"], env=env))
     listed = dict(line.split()[1].split("=", 1) for line in res.stdout.splitlines() if line.startswith("env "))
     # Terraform's TF_* are not TensorFlow's.
