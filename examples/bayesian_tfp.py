@@ -32,6 +32,8 @@ Each rank writes OUT/result-rank{R}.json with the per-epoch loss (averaged over 
 test accuracy and negative log-likelihood of the posterior predictive (the mean of
 ``--samples`` stochastic forward passes), and a checksum of its trainable weights (equal on
 every rank when the gradients were averaged and the start broadcast).
+OUT is ``--out``: under ``mldist run`` its run directory ($MLDIST_RUN_DIR, next to the logs
+and metrics), else runs/bayesian_tfp; the last line names it.
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64, help="units of each hidden layer")
     p.add_argument("--samples", type=int, default=20, help="forward passes averaged for the test predictions")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/bayesian_tfp", help="directory for the result files")
+    p.add_argument(
+        "--out",
+        default=os.environ.get("MLDIST_RUN_DIR") or "runs/bayesian_tfp",
+        help="directory for the result files (default: mldist run's run directory, else runs/bayesian_tfp)",
+    )
     return p.parse_args()
 
 

@@ -10,6 +10,8 @@ Run:
 
 Each rank writes OUT/result-rank{R}.json with the final test loss and accuracy,
 and a checksum of its weights (equal on every rank when training was in step).
+OUT is ``--out``: under ``mldist run`` its run directory ($MLDIST_RUN_DIR, next to the logs
+and metrics), else runs/digits; the last line names it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3, help="single-worker learning rate (scaled by workers)")
     p.add_argument("--warmup-epochs", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/digits", help="directory for the result files")
+    p.add_argument(
+        "--out",
+        default=os.environ.get("MLDIST_RUN_DIR") or "runs/digits",
+        help="directory for the result files (default: mldist run's run directory, else runs/digits)",
+    )
     p.add_argument("--checkpoint-dir", help="save checkpoints here and resume from the newest one")
     return p.parse_args()
 

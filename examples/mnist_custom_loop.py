@@ -16,6 +16,8 @@ with the others' (mldist.DistributedGradientTape), and rank 0 alone saves the mo
 OUT/mnist_custom_loop.keras. Every rank writes OUT/result-rank{R}.json with the test
 accuracy and a checksum of its weights (equal on every rank when training was in step).
 Without a fetched MNIST the script stops with one line naming the fetch command.
+OUT is ``--out``: under ``mldist run`` its run directory ($MLDIST_RUN_DIR, next to the logs
+and metrics), else runs/mnist_custom_loop; the last line names it.
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3, help="single-worker learning rate (scaled by workers)")
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (0: all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/mnist_custom_loop", help="directory for the model and the result files")
+    p.add_argument(
+        "--out",
+        default=os.environ.get("MLDIST_RUN_DIR") or "runs/mnist_custom_loop",
+        help="directory for the model and results (default: mldist run's run directory, else runs/mnist_custom_loop)",
+    )
     return p.parse_args()
 
 
@@ -163,7 +169,8 @@ def main() -> None:
     tmp_result.replace(out / f"result-rank{ctx.rank}.json")
     if ctx.is_chief:
         print(
-            f"{ctx.size} worker(s): test accuracy {test_accuracy:.4f}, {seconds:.1f} s training; in {out}/", flush=True
+            f"{ctx.size} worker(s): test accuracy {test_accuracy:.4f}, {seconds:.1f} s training; results in {out}/",
+            flush=True,
         )
 
 

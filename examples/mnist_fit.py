@@ -14,6 +14,8 @@ Each worker trains on its shard of the 60000 training images; rank 0 saves the m
 OUT/mnist_fit.keras. Every rank writes OUT/result-rank{R}.json with the test loss and
 accuracy and a checksum of its weights (equal on every rank when training was in step).
 Without a fetched MNIST the script stops with one line naming the fetch command.
+OUT is ``--out``: under ``mldist run`` its run directory ($MLDIST_RUN_DIR, next to the logs
+and metrics), else runs/mnist_fit; the last line names it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup-epochs", type=float, default=1.0)
     p.add_argument("--limit", type=int, default=0, help="use only the first N training images (0: all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/mnist_fit", help="directory for the model and the result files")
+    p.add_argument(
+        "--out",
+        default=os.environ.get("MLDIST_RUN_DIR") or "runs/mnist_fit",
+        help="directory for the model and the result files (default: mldist run's run directory, else runs/mnist_fit)",
+    )
     p.add_argument("--checkpoint-dir", help="save checkpoints here and resume from the newest one")
     return p.parse_args()
 
@@ -137,7 +143,9 @@ def main() -> None:
     tmp.replace(out / f"result-rank{ctx.rank}.json")
     if ctx.is_chief:
         print(
-            f"{ctx.size} worker(s): test accuracy {accuracy:.4f}, loss {loss:.4f}, {seconds:.1f} s training", flush=True
+            f"{ctx.size} worker(s): test accuracy {accuracy:.4f}, loss {loss:.4f}, "
+            f"{seconds:.1f} s training; results in {out}/",
+            flush=True,
         )
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from helpers import PY, check, clean_env, mldist
 from mldist.cli import build_parser
+from mldist.launch.batch.spec import JobSpec
+from mldist.placement.resources import cpu_probe
 
 
 def _commands() -> list[str]:
@@ -60,6 +62,17 @@ def test_every_command_has_help_with_an_example(
     assert f"mldist {command}" in res.stdout
 
 
+def test_grace_means_the_same_in_run_and_submit_and_its_help_tells_the_real_default() -> None:
+    parser, _handlers = build_parser()
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    run, submit = (next(a for a in sub.choices[c]._actions if "--grace" in a.option_strings) for c in ("run", "submit"))
+    same = "seconds the workers get to save and exit"
+    assert same in run.help and "after SIGINT/SIGTERM" in run.help and f"(default {run.default:g};" in run.help
+    assert same in submit.help and "before the time limit" in submit.help and "(SIGUSR1)" in submit.help
+    assert submit.default is None and f"(default {JobSpec(command=('t',)).grace})" in submit.help  # the spec's
+    assert "same meaning as mldist run's --grace" in submit.help and "submit's --grace is the same time" in run.help
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
@@ -97,6 +110,30 @@ def test_bad_environment_is_reported_not_raised() -> None:
     res = mldist(["env", "--json", "--no-tensorflow"], env=clean_env(SLURM_STEP_ID="0", SLURM_PROCID="x"))
     check(res)
     assert "SLURM_PROCID='x' is not an integer" in res.stdout
+
+
+def test_env_lists_the_variables_of_the_stack_by_name_and_no_unknown_node() -> None:
+    ours = {
+        "XLA_FLAGS": "--xla_gpu_cuda_data_dir=/opt/cuda",
+        "FI_CXI_DISABLE_HOST_REGISTER": "1",
+        "OMPI_MCA_btl": "^openib",
+        "HOROVOD_MPI_THREADS_DISABLE": "1",
+        "KERAS_BACKEND": "tensorflow",
+        "JAX_PLATFORMS": "cpu",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    terraform = {"TF_CLI_CONFIG_FILE": "/home/u/.terraformrc", "TF_VAR_region": "eu", "TF_LOG": "DEBUG"}
+    # Without KMP_*: importing TensorFlow earlier in this pytest process may have set some.
+    env = {k: v for k, v in clean_env(**ours, **terraform, OMP_NUM_THREADS="1").items() if not k.startswith("KMP_")}
+    res = check(mldist(["env", "--no-tensorflow"], env=env))
+    listed = dict(line.split()[1].split("=", 1) for line in res.stdout.splitlines() if line.startswith("env "))
+    # Terraform's TF_* are not TensorFlow's.
+    assert listed == {**ours, "OMP_NUM_THREADS": "1", "MLDIST_RUNS_DIR": env["MLDIST_RUNS_DIR"]}
+    assert "None" not in res.stdout and "launcher  none: rank 0 of 1, local 0 of 1\n" in res.stdout
+    probe = cpu_probe()
+    if not probe.pinned:  # a narrowed affinity mask wins over the variable
+        assert "threads   1 cpus (OMP_NUM_THREADS): intra-op 1" in res.stdout
+        assert ("note      OMP_NUM_THREADS=1 gives each rank 1 CPU" in res.stdout) == (probe.total > 1)
 
 
 @pytest.mark.parametrize(

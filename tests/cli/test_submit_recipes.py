@@ -26,7 +26,8 @@ RECIPES: list[tuple[str, str, list[str]]] = [
             "#COBALT --attrs mcdram=cache:numa=quad",
             "export OMP_NUM_THREADS=32 MLDIST_CPUS_PER_TASK=32",
             "export KMP_BLOCKTIME=0",
-            "aprun -n 32 -N 4 -d 32 -j 2 -cc depth -e MLDIST_SIZE=32 -e MLDIST_LOCAL_SIZE=4 -e OMP_NUM_THREADS=32 ",
+            "aprun -n 32 -N 4 -d 32 -j 2 -cc depth -e MLDIST_SIZE=32 -e MLDIST_LOCAL_SIZE=4 -e OMP_NUM_THREADS=32 "
+            "-e KMP_BLOCKTIME=0 ",
         ],
     ),
     (

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import PY, check, clean_env, mldist, processes_with, wait_for
 from mldist.launch.local import RunConfig, worker_env
+from mldist.placement.resources import cpu_probe
 
 
 def _sleeper(tag: str) -> str:
@@ -124,3 +125,14 @@ def test_worker_env_quiets_tensorflow_unless_the_user_chose() -> None:
     assert env["TF_CPP_MIN_LOG_LEVEL"] == "1" and "TF_CONFIG" not in env and env["MLDIST_RANK"] == "1"
     mine = worker_env({"TF_CPP_MIN_LOG_LEVEL": "0"}, cfg, 0, ["127.0.0.1:1", "127.0.0.1:2"], "run")
     assert mine["TF_CPP_MIN_LOG_LEVEL"] == "0"
+
+
+def test_an_inherited_low_omp_num_threads_gets_one_note_and_is_passed_on() -> None:
+    show = "import os; print(os.environ.get('OMP_NUM_THREADS'))"
+    res = check(mldist(["run", "-n", "1", "--no-run-dir", "--", PY, "-c", show], env=clean_env(OMP_NUM_THREADS="1")))
+    assert res.stdout == "[0] 1\n"  # the user's value is still what the worker gets
+    probe = cpu_probe()
+    notes = [line for line in res.stderr.splitlines() if line.startswith("mldist run: note: OMP_NUM_THREADS=1 ")]
+    assert len(notes) == (1 if not probe.pinned and probe.total > 1 else 0), res.stderr
+    res = check(mldist(["run", "-n", "1", "--no-run-dir", "--", PY, "-c", show]))
+    assert "note:" not in res.stderr and res.stdout == "[0] None\n"

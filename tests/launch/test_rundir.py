@@ -83,7 +83,7 @@ def test_status_and_exit_codes() -> None:
 def test_config_record_says_what_runs_and_imports_no_tensorflow() -> None:
     rec = config_record(RunConfig(2, ("python", "t.py"), communication="ring"), "direct", {})
     assert rec["ranks"] == 2 and rec["engine_requested"] == "ring" and rec["command"] == ["python", "t.py"]
-    assert set(rec["threads"]) == {"cpus", "intra_op", "inter_op", "source", "overrides"}
+    assert set(rec["threads"]) == {"cpus", "intra_op", "inter_op", "source", "overrides", "note"}
     assert {"python", "mldist"} <= set(rec["versions"]) and rec["host"] and rec["started"]
     code = "import sys; from mldist.launch import rundir; rundir.versions(); assert 'tensorflow' not in sys.modules"
     check(subprocess.run([PY, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=60))

@@ -21,6 +21,20 @@ def test_an_exported_omp_num_threads_or_aprun_depth_is_the_rank_s_cpus() -> None
     assert thread_plan({"ALPS_APP_DEPTH": "4", "OMP_NUM_THREADS": "1"}, 2, NODE8).cpus == 4
 
 
+def test_the_plan_names_the_variable_that_sized_it_and_notes_an_inherited_low_omp_num_threads() -> None:
+    plan = thread_plan({"OMP_NUM_THREADS": "1"}, 2, NODE8)
+    assert (plan.cpus, plan.intra_op, plan.source) == (1, 1, "OMP_NUM_THREADS")  # not "(cpus per task)"
+    assert plan.note.startswith("OMP_NUM_THREADS=1 gives each rank 1 CPU thread(s) of the 4 it could use")
+    assert "unset OMP_NUM_THREADS" in plan.note and "\n" not in plan.note
+    assert thread_plan({"OMP_NUM_THREADS": "1"}, 2, NODE8, intra_op=4).note == plan.note  # OpenMP still gets 1
+    assert thread_plan({"OMP_NUM_THREADS": "4"}, 2, NODE8).note == ""  # the share itself: nothing lowered
+    slurm = thread_plan({"SLURM_CPUS_PER_TASK": "2", "OMP_NUM_THREADS": "1"}, 2, NODE8)
+    assert (slurm.cpus, slurm.source, slurm.note) == (2, "cpus per task", "")  # a job's request is not noted
+    assert thread_plan({"ALPS_APP_DEPTH": "4"}, 2, NODE8).source == "aprun -d"
+    pinned = thread_plan({"OMP_NUM_THREADS": "1"}, 2, CpuProbe(8, (0, 1, 2)))
+    assert (pinned.cpus, pinned.source, pinned.note) == (3, "affinity mask", "")  # the mask wins over the variable
+
+
 def test_variables_override_the_plan_and_arguments_override_variables() -> None:
     env = {"MLDIST_INTRA_OP": "6", "MLDIST_INTER_OP": "3"}
     plan = thread_plan(env, 2, NODE8)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, ROOT, check, clean_env, mldist, results, run_py
+from mldist.launch.groups import STARTUP_NOISE
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +64,9 @@ def test_one_process_uses_no_collectives() -> None:
 
 
 def test_env_report_under_the_launcher() -> None:
-    res = check(mldist(["run", "-n", "2", "--", PY, "-m", "mldist", "env", "--json"], timeout=180))
+    # --verbose: the launcher passes TensorFlow's start-up notices on, so only mldist env can leave them out.
+    res = check(mldist(["run", "-n", "2", "--verbose", "--", PY, "-m", "mldist", "env", "--json"], timeout=180))
+    assert not re.search(STARTUP_NOISE.pattern.decode(), res.stdout + res.stderr), res.stdout + res.stderr
     reports: dict[str, dict[str, object]] = {}
     pending: dict[str, list[str]] = {}  # the ranks' lines interleave: one buffer per prefix
     for line in res.stdout.splitlines():

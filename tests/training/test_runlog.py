@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import pwd
 import queue
 import re
 import subprocess
@@ -16,7 +18,7 @@ import pytest
 
 from helpers import PY, ROOT, check, clean_env, mldist, processes_with, tail
 from mldist.keras.runlog import append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
-from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line
+from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # Plain python (no launcher): a tiny model with validation data, default callbacks, then RunLog(None).
@@ -69,16 +71,28 @@ def test_ssh_line_and_logdir_spec() -> None:
     assert ssh_line("ana", "login1", "node7", 8000, 7000) == "ssh -L 8000:localhost:7000 -J ana@login1 ana@node7"
     assert login_host({"PBS_O_HOST": "pbs-login"}) == "pbs-login" and login_host({}, "me.org") == "me.org"
     assert logdir_spec(["a/run", "b/run"]) == "run:a/run,run-2:b/run"
+    assert ssh_user({"USER": "ana", "LOGNAME": "x"}) == "ana" and ssh_user({"LOGNAME": "bo"}) == "bo"
+    assert ssh_user({}) == pwd.getpwuid(os.getuid()).pw_name != "you"  # no $USER in the job: the account's name
 
 
 @pytest.fixture(scope="module")
 def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's main job, short: 2 workers, 2 epochs, with a run directory."""
+    """The README's main job, short: 2 workers, 2 epochs, with a run directory (its console in console.txt)."""
     base = tmp_path_factory.mktemp("digits")
     run_dir = base / "run"
-    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, "examples/digits_cnn.py"]
-    check(mldist([*args, "--epochs", "2", "--out", str(base / "out")], timeout=600, cwd=ROOT))
+    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(ROOT / "examples" / "digits_cnn.py")]
+    res = check(mldist([*args, "--epochs", "2"], timeout=600, cwd=base))
+    (base / "console.txt").write_text(res.stdout)
     return run_dir
+
+
+@pytest.mark.slow
+def test_the_example_writes_its_results_into_the_run_directory_and_names_it_last(digits_run: Path) -> None:
+    base = digits_run.parent
+    assert sorted(p.name for p in base.iterdir()) == ["console.txt", "run"]  # no second results folder
+    assert [json.loads((digits_run / f"result-rank{r}.json").read_text())["rank"] for r in (0, 1)] == [0, 1]
+    last = (base / "console.txt").read_text().splitlines()[-1]
+    assert last.startswith("[0] 2 worker(s): test accuracy") and last.endswith(f"results in {digits_run}/")
 
 
 @pytest.mark.slow
@@ -110,13 +124,14 @@ def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
 def test_tensorboard_answers_on_loopback_and_prints_the_ssh_line(digits_run: Path) -> None:
     t0 = time.monotonic()
     argv = [PY, "-m", "mldist", "tensorboard", str(digits_run), "--login-host", "login.example.org"]
-    env = clean_env(USER="ana")
+    env = {k: v for k, v in clean_env().items() if k not in ("USER", "LOGNAME")}  # as in some batch jobs
+    me = re.escape(pwd.getpwuid(os.getuid()).pw_name)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         lines = _lines(proc)
         said = [lines.get(timeout=30) for _ in range(3)]
         port = int(re.search(r"http://127\.0\.0\.1:([0-9]+)/", said[0]).group(1))  # type: ignore[union-attr]
-        assert re.fullmatch(rf"ssh -L {port}:localhost:{port} (-J ana@login\.example\.org )?ana@\S+", said[1].strip())
+        assert re.fullmatch(rf"ssh -L {port}:localhost:{port} (-J {me}@login\.example\.org )?{me}@\S+", said[1].strip())
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
             assert resp.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs", timeout=10) as resp:

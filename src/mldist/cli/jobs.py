@@ -53,6 +53,13 @@ if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cob
 and missing --venv/--env-source files are warnings; submitting stops at them."""
 
 
+#: The same meaning as mldist run's --grace: the time the workers get to save and exit, here before the limit.
+GRACE_HELP = (
+    "with --requeue: seconds the workers get to save and exit before the time limit, signalled "
+    "(SIGUSR1) that long before it (default 90); the same meaning as mldist run's --grace"
+)
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     from ..placement.resources import is_secret_name
 
@@ -92,7 +99,7 @@ def _add_submit(sub: Any) -> None:
         ("--cpus-per-task", count(1, 4096), "CPUs per task (threads per rank)"),
         ("--hyperthreads", count(1, 8), "hardware threads used per core (aprun -j; default: the site's, else 1)"),
         ("--cores-per-node", count(1, 100_000), "physical cores per node (default: the site's, else measured)"),
-        ("--grace", count(0, MAX_SECONDS), "seconds between the requeue signal and the time limit (default 90)"),
+        ("--grace", count(0, MAX_SECONDS), GRACE_HELP),
     ):
         p.add_argument(flag, type=kind, help=text)
     for flag, text in (

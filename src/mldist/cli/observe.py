@@ -14,7 +14,7 @@ from .common import Handler, add_command, count
 
 TENSORBOARD_EXAMPLE = """\
 example:
-  mldist tensorboard runs/train-20261124-010203     # prints: ssh -L PORT:localhost:PORT you@login-host
+  mldist tensorboard runs/train-20261124-010203     # prints: ssh -L PORT:localhost:PORT $USER@login-host
   mldist tensorboard runs/* --port 6006 --login-host login.hpc.example.org
 
 TensorBoard listens on 127.0.0.1 only (it has no authentication); run the printed

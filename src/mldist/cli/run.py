@@ -102,7 +102,8 @@ def register(sub: Any) -> dict[str, Handler]:
         "--grace",
         type=seconds,
         default=60.0,
-        help="seconds workers get to save and exit after SIGINT/SIGTERM (default 60)",
+        help="seconds the workers get to save and exit after SIGINT/SIGTERM, then SIGKILL (default 60; "
+        "mldist submit's --grace is the same time, before the job's time limit)",
     )
     run.add_argument(
         "--failure-grace", type=seconds, default=5.0, help="seconds the others get after one worker failed (default 5)"

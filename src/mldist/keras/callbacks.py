@@ -113,21 +113,65 @@ class AverageMetrics(keras.callbacks.Callback):  # type: ignore[misc]
             logs[key] = value
 
 
+@keras.saving.register_keras_serializable(package="mldist")
+class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+    """A learning-rate schedule scaled from ``1 / size`` to 1 over its first ``steps`` steps.
+
+    What :class:`LearningRateWarmup` puts around an optimizer's own schedule: the rate at
+    step ``s`` is ``schedule(s) * (1/size + (1 - 1/size) * min(s / steps, 1))``, so the
+    warm-up and the schedule compose, as Horovod's warm-up and schedule callbacks do.
+
+    Args:
+        schedule: the optimizer's schedule.
+        steps: warm-up length in optimizer steps.
+        size: the number of workers.
+
+    Example::
+
+        WarmupSchedule(keras.optimizers.schedules.ExponentialDecay(0.1, 100, 0.9), steps=50, size=4)
+    """
+
+    def __init__(self, schedule: Any, steps: int, size: int) -> None:
+        super().__init__()
+        self.schedule, self.steps, self.size = schedule, int(steps), int(size)
+
+    def __call__(self, step: Any) -> Any:
+        rate = keras.ops.convert_to_tensor(self.schedule(step))
+        if self.steps <= 0 or self.size <= 1:
+            return rate
+        done = keras.ops.minimum(keras.ops.cast(step, rate.dtype) / self.steps, 1.0)
+        return rate * (1.0 / self.size + (1.0 - 1.0 / self.size) * done)
+
+    def get_config(self) -> dict[str, Any]:
+        """Serializable with the model (the wrapped schedule included)."""
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule), "steps": self.steps, "size": self.size}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> WarmupSchedule:
+        """The schedule :meth:`get_config` described."""
+        return cls(keras.saving.deserialize_keras_object(config["schedule"]), config["steps"], config["size"])
+
+
 class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
     """Ramp the learning rate from ``lr / size`` to ``lr`` (Goyal et al. 2017).
 
     The step count comes from the optimizer's ``iterations``, so a resumed
-    run continues the ramp where it stopped.
+    run continues the ramp where it stopped. An optimizer whose rate is a
+    ``keras.optimizers.schedules.LearningRateSchedule`` keeps it: during ``fit``
+    the schedule is wrapped in a :class:`WarmupSchedule`, which scales the
+    schedule's own rate the same way, and unwrapped when ``fit`` ends.
 
     Args:
         warmup_epochs: ramp length in epochs (uses the fit's steps per epoch).
         warmup_steps: ramp length in optimizer steps (instead of epochs).
-        target_lr: the final rate; default the optimizer's rate at the start.
+        target_lr: the final rate; default the optimizer's rate at the start (not with a schedule).
         verbose: print the rate at the end of the warm-up (rank 0).
 
     Example::
 
         LearningRateWarmup(warmup_epochs=5)
+        opt = keras.optimizers.SGD(keras.optimizers.schedules.CosineDecay(0.4, 10_000))
+        model.compile(opt, ...); model.fit(ds, callbacks=[LearningRateWarmup(warmup_steps=500)])
     """
 
     def __init__(
@@ -148,14 +192,11 @@ class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
         self.verbose = verbose
         self._total = warmup_steps or 0
         self._size = 1
+        self._wrapped: WarmupSchedule | None = None
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._size = runtime.init().size
         opt = self.model.optimizer
-        if compat.learning_rate_is_schedule(opt):
-            raise ConfigError("LearningRateWarmup needs a constant learning rate, not a schedule")
-        if self.target_lr is None:
-            self.target_lr = float(keras.ops.convert_to_numpy(opt.learning_rate))
         if self.warmup_steps is not None:
             self._total = self.warmup_steps
         else:
@@ -163,9 +204,30 @@ class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
             if not steps:
                 raise ConfigError("warmup_epochs needs a known number of steps per epoch; use warmup_steps=")
             self._total = round(float(self.warmup_epochs or 0) * steps)
+        if compat.learning_rate_is_schedule(opt):
+            self._wrap_schedule(opt)
+        elif self.target_lr is None:
+            self.target_lr = float(keras.ops.convert_to_numpy(opt.learning_rate))
+
+    def _wrap_schedule(self, opt: Any) -> None:
+        if self.target_lr is not None:
+            raise ConfigError(
+                f"LearningRateWarmup(target_lr={self.target_lr:g}) with a learning-rate schedule: the warm-up "
+                "scales the schedule's own rate; leave target_lr out"
+            )
+        schedule = opt._learning_rate  # the public learning_rate gives the current value, not the schedule
+        if isinstance(schedule, WarmupSchedule):  # a fit that did not end (an exception): wrap the original again
+            schedule = schedule.schedule
+        self._wrapped = WarmupSchedule(schedule, self._total, self._size)
+        opt.learning_rate = self._wrapped  # Keras's setter takes a schedule
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._wrapped is not None and self.model.optimizer._learning_rate is self._wrapped:
+            self.model.optimizer.learning_rate = self._wrapped.schedule  # saved models keep the user's schedule
+        self._wrapped = None
 
     def lr_at(self, step: int) -> float:
-        """The rate for optimizer step ``step`` (0-based)."""
+        """The rate for optimizer step ``step`` (0-based) of a constant rate."""
         assert self.target_lr is not None
         if step >= self._total:
             return self.target_lr
@@ -174,10 +236,13 @@ class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         step = int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-        if step <= self._total:
+        if step > self._total:
+            return
+        if self._wrapped is None:
             self.model.optimizer.learning_rate = self.lr_at(step)
-            if self.verbose and step == self._total and runtime.init().is_chief:
-                print(f"\nLearningRateWarmup: reached learning rate {self.target_lr:g} at step {step}")
+        if self.verbose and step == self._total and runtime.init().is_chief:
+            reached = "the schedule's rate" if self._wrapped is not None else f"learning rate {self.target_lr:g}"
+            print(f"\nLearningRateWarmup: reached {reached} at step {step}")
 
 
 class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from ..errors import REQUEUE_CODE, ConfigError
 from ..placement import backend, engines
+from ..placement.resources import thread_plan
 from .config import COMMUNICATIONS, MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
@@ -73,6 +74,10 @@ def run(cfg: RunConfig) -> int:
     received: list[int] = []
     current: list[Group] = []
     decision, kind = launch_plan(cfg, os.environ)
+    if cfg.cpu_bind == "none" and not cfg.hosts:  # bound or remote workers size their threads from their CPUs
+        note = thread_plan(os.environ, cfg.nprocs).note  # e.g. an OMP_NUM_THREADS=1 inherited from the shell
+        if note:
+            say(f"note: {note}")
     started_by = "mpiexec" if kind is MpiexecGroup else "direct"
     record = Record(cfg, started_by, decision) if cfg.run_dir else None
     code: int | None = None

@@ -6,7 +6,7 @@ process: inputs are numbers and environment mappings, outputs are plans.
 
 Example:
     >>> plan_threads(affinity=4, total=8, cpus_per_task=None, local_size=2)
-    ThreadPlan(cpus=4, intra_op=4, inter_op=2, source='affinity mask', overrides='')
+    ThreadPlan(cpus=4, intra_op=4, inter_op=2, source='affinity mask', overrides='', note='')
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
 
@@ -28,6 +28,7 @@ class ThreadPlan:
         intra_op, inter_op: TensorFlow thread pool sizes.
         source: where ``cpus`` came from (for ``mldist env``).
         overrides: which pool sizes the user set and where (``init`` argument or variable), else "".
+        note: one line for the user when an inherited variable lowered the plan, else "".
     """
 
     cpus: int
@@ -35,9 +36,12 @@ class ThreadPlan:
     inter_op: int
     source: str
     overrides: str = ""
+    note: str = ""
 
 
-def plan_threads(affinity: int, total: int, cpus_per_task: int | None, local_size: int) -> ThreadPlan:
+def plan_threads(
+    affinity: int, total: int, cpus_per_task: int | None, local_size: int, given_by: str = "cpus per task"
+) -> ThreadPlan:
     """Threads from the CPUs this rank owns.
 
     The affinity mask wins when a launcher narrowed it (srun, aprun -cc,
@@ -50,15 +54,18 @@ def plan_threads(affinity: int, total: int, cpus_per_task: int | None, local_siz
         total: CPUs of the node.
         cpus_per_task: ``SLURM_CPUS_PER_TASK`` or similar, if set.
         local_size: ranks on this node.
+        given_by: where ``cpus_per_task`` came from (the plan's ``source``).
 
     Example:
         >>> plan_threads(8, 8, None, 4).cpus
         2
+        >>> plan_threads(8, 8, 1, 4, "OMP_NUM_THREADS").source
+        'OMP_NUM_THREADS'
     """
     if affinity < total:
         cpus, source = affinity, "affinity mask"
     elif cpus_per_task:
-        cpus, source = cpus_per_task, "cpus per task"
+        cpus, source = cpus_per_task, given_by
     else:
         cpus, source = max(1, total // max(1, local_size)), f"{total} cores / {local_size} ranks"
     return ThreadPlan(cpus, cpus, 2 if cpus >= 4 else 1, source)
@@ -96,22 +103,40 @@ def cpu_probe() -> CpuProbe:
     return CpuProbe(total, tuple(range(total)))
 
 
-#: Where a rank's CPU count may be given, first one set wins (ALPS_APP_DEPTH: aprun's -d).
-CPUS_PER_TASK_VARS = ("MLDIST_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK", "ALPS_APP_DEPTH", "OMP_NUM_THREADS")
+#: Where a rank's CPU count may be given, first one set wins, and how ``mldist env`` labels it.
+#: OMP_NUM_THREADS is often inherited from a login shell or module rather than chosen for the job.
+CPUS_PER_TASK_SOURCES = {
+    "MLDIST_CPUS_PER_TASK": "cpus per task",
+    "SLURM_CPUS_PER_TASK": "cpus per task",
+    "ALPS_APP_DEPTH": "aprun -d",
+    "OMP_NUM_THREADS": "OMP_NUM_THREADS",
+}
+CPUS_PER_TASK_VARS = tuple(CPUS_PER_TASK_SOURCES)
+
+
+def cpus_per_task_from(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """The first positive integer among :data:`CPUS_PER_TASK_VARS` and its variable; others are ignored.
+
+    Example:
+        >>> cpus_per_task_from({"SLURM_CPUS_PER_TASK": "x", "OMP_NUM_THREADS": "4"})
+        (4, 'OMP_NUM_THREADS')
+    """
+    for name in CPUS_PER_TASK_VARS:
+        raw = env.get(name, "")
+        if raw.isascii() and raw.isdigit() and int(raw) > 0:
+            return int(raw), name
+    return None
 
 
 def cpus_per_task(env: Mapping[str, str]) -> int | None:
-    """The first positive integer among :data:`CPUS_PER_TASK_VARS`; others are ignored.
+    """The CPU count of :func:`cpus_per_task_from`, or None.
 
     Example:
         >>> cpus_per_task({"SLURM_CPUS_PER_TASK": "x", "OMP_NUM_THREADS": "4"})
         4
     """
-    for name in CPUS_PER_TASK_VARS:
-        raw = env.get(name, "")
-        if raw.isascii() and raw.isdigit() and int(raw) > 0:
-            return int(raw)
-    return None
+    found = cpus_per_task_from(env)
+    return found[0] if found else None
 
 
 #: Thread pools a user may size, and the variable that does it (an ``init`` argument wins over it).
@@ -161,7 +186,7 @@ def override_threads(plan: ThreadPlan, env: Mapping[str, str], **given: int | No
     if not changes:
         return plan
     intra, inter = changes.get("intra_op", plan.intra_op), changes.get("inter_op", plan.inter_op)
-    return ThreadPlan(plan.cpus, intra, inter, plan.source, ", ".join(notes))
+    return replace(plan, intra_op=intra, inter_op=inter, overrides=", ".join(notes))
 
 
 def thread_plan(
@@ -175,7 +200,8 @@ def thread_plan(
     """This rank's thread plan from its environment and CPUs: what ``init`` applies and ``mldist env`` shows.
 
     Pool sizes given as arguments win over ``MLDIST_INTRA_OP``/``MLDIST_INTER_OP``, which win
-    over the plan from the CPUs (:func:`plan_threads`).
+    over the plan from the CPUs (:func:`plan_threads`). An ``OMP_NUM_THREADS`` below the rank's
+    share of the node (often inherited, e.g. ``1`` from a login shell) is followed but noted.
 
     Args:
         env: the rank's environment.
@@ -188,9 +214,19 @@ def thread_plan(
         4
         >>> thread_plan({"MLDIST_INTRA_OP": "3"}, 2, CpuProbe(8, tuple(range(8)))).intra_op
         3
+        >>> thread_plan({"OMP_NUM_THREADS": "1"}, 2, CpuProbe(8, tuple(range(8)))).note[:40]
+        'OMP_NUM_THREADS=1 gives each rank 1 CPU '
     """
     p = probe or cpu_probe()
-    plan = plan_threads(len(p.allowed), p.total, cpus_per_task(env), local_size)
+    count, name = cpus_per_task_from(env) or (None, "")
+    plan = plan_threads(len(p.allowed), p.total, count, local_size, CPUS_PER_TASK_SOURCES.get(name, ""))
+    share = plan_threads(len(p.allowed), p.total, None, local_size).cpus  # without the variable
+    if plan.source == "OMP_NUM_THREADS" and plan.cpus < share:
+        note = (
+            f"OMP_NUM_THREADS={plan.cpus} gives each rank {plan.cpus} CPU thread(s) of the {share} it could use; "
+            f"unset OMP_NUM_THREADS (or set MLDIST_CPUS_PER_TASK={share}) if it was inherited, not chosen"
+        )
+        plan = replace(plan, note=note)
     return override_threads(plan, env, intra_op=intra_op, inter_op=inter_op)
 
 

@@ -4,7 +4,8 @@ It is the text users paste into a bug report, so it never fails: a
 problem becomes an ``error`` entry in the report instead of a traceback.
 Nor does it show secrets: variables whose names look secret (``*TOKEN*``,
 ``*SECRET*``, ``*PASSWORD*``, ``*AUTH*``, ``*_KEY``) read ``<redacted>``, and so does
-the ``user:password@`` part of proxy URLs.
+the ``user:password@`` part of proxy URLs. TensorFlow's start-up notices, which its
+libraries print once each while it loads, are left out (its other messages are not).
 
 Example:
     >>> r = build_report({}, with_tensorflow=False)
@@ -14,14 +15,19 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
+import os
 import platform
 import socket
-from collections.abc import Mapping
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import MldistError
+from ..launch.groups import STARTUP_NOISE
 from ..placement import Placement, build_cluster_spec, detect
 from ..placement.engines import requested_engine
 from ..placement.resources import (
@@ -35,31 +41,72 @@ from ..placement.resources import (
 from ..runtime.engine import mpi_allgather_hosts
 from ..runtime.worker import decide_here
 
-#: Variables worth showing when present (prefix match).
-_SHOWN = (
+#: Variables worth showing when set, by whole name. TensorFlow's are named one by one: a ``TF_``
+#: prefix would also take Terraform's (TF_CLI_CONFIG_FILE, TF_VAR_*, TF_LOG).
+SHOWN_NAMES = frozenset(
+    {
+        "TF_CONFIG",
+        "TF_CPP_MIN_LOG_LEVEL",
+        "TF_CPP_MAX_VLOG_LEVEL",
+        "TF_CPP_VMODULE",
+        "TF_ENABLE_ONEDNN_OPTS",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "TF_GPU_ALLOCATOR",
+        "TF_GPU_THREAD_MODE",
+        "TF_GPU_THREAD_COUNT",
+        "TF_XLA_FLAGS",
+        "TF_NUM_INTRAOP_THREADS",
+        "TF_NUM_INTEROP_THREADS",
+        "TF_DETERMINISTIC_OPS",
+        "TF_CUDNN_DETERMINISTIC",
+        "TF_USE_LEGACY_KERAS",
+        "TF_ENABLE_AUTO_MIXED_PRECISION",
+        "XLA_FLAGS",
+        "KERAS_BACKEND",
+        "KERAS_HOME",
+        "CUDA_VISIBLE_DEVICES",
+        "no_proxy",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "grpc_proxy",
+    }
+)
+#: Families shown when set, by prefix: each belongs to one launcher, library or runtime.
+SHOWN_PREFIXES = (
     "MLDIST_",
     "SLURM_",
     "OMPI_COMM_WORLD_",
+    "OMPI_MCA_",
     "PMI_",
     "PALS_",
     "ALPS_",
     "PBS_",
     "COBALT_",
-    "CUDA_VISIBLE_DEVICES",
     "OMP_",
     "KMP_",
-    "TF_",
     "NCCL_",
-    "no_proxy",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "all_proxy",
-    "ALL_PROXY",
-    "grpc_proxy",
+    "FI_",
+    "MPICH_",
+    "HOROVOD_",
+    "JAX_",
 )
+
+
+def shown(name: str) -> bool:
+    """Whether ``mldist env`` lists variable ``name`` (:data:`SHOWN_NAMES`, :data:`SHOWN_PREFIXES`).
+
+    Example:
+        >>> [shown(n) for n in ("TF_CONFIG", "TF_CLI_CONFIG_FILE", "XLA_FLAGS", "FI_PROVIDER", "HOME")]
+        [True, False, True, True, False]
+    """
+    return name in SHOWN_NAMES or name.startswith(SHOWN_PREFIXES)
+
+
 _PACKAGES = ("mldist", "tensorflow", "tensorflow-cpu", "keras", "tf-keras", "tensorboard", "mpi4py", "numpy")
 
 
@@ -73,14 +120,36 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _gpus(env: Mapping[str, str]) -> list[dict[str, str]]:
-    import tensorflow as tf
+@contextlib.contextmanager
+def _without_startup_notices() -> Iterator[None]:
+    """Hold this process's stderr (fd 2) in a file meanwhile; then pass on all but TensorFlow's start-up notices.
 
+    The notices come from TensorFlow's C++ libraries, which write to fd 2 directly (two of them
+    print the same ones), so only the descriptor can catch them.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = b"".join(line for line in held if not STARTUP_NOISE.search(line))
+            sys.stderr.buffer.write(kept)
+            sys.stderr.flush()
+
+
+def _gpus(env: Mapping[str, str]) -> list[dict[str, str]]:
+    with _without_startup_notices():
+        import tensorflow as tf
+
+        found = tf.config.list_physical_devices("GPU")
     cvd = env.get("CUDA_VISIBLE_DEVICES")
-    return [
-        {"index": str(i), "name": d.name, "device_id": physical_gpu_id(i, cvd)}
-        for i, d in enumerate(tf.config.list_physical_devices("GPU"))
-    ]
+    return [{"index": str(i), "name": d.name, "device_id": physical_gpu_id(i, cvd)} for i, d in enumerate(found)]
 
 
 def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[str, Any]:
@@ -91,7 +160,7 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         with_tensorflow: also ask TensorFlow for GPUs (imports it: ~4 s).
     """
     report: dict[str, Any] = {"host": socket.gethostname(), "versions": _versions()}
-    report["variables"] = {k: redact(k, v) for k, v in sorted(env.items()) if k.startswith(_SHOWN)}
+    report["variables"] = {k: redact(k, v) for k, v in sorted(env.items()) if shown(k)}
     errors: list[str] = []
     try:
         placement = detect(env)
@@ -140,9 +209,10 @@ def format_report(report: Mapping[str, Any]) -> str:
     lines += [f"version   {k} {v}" for k, v in report["versions"].items()]
     p = report.get("placement")
     if p:
+        node = f", node {p['node_index']}" if p.get("node_index") is not None else ""  # unknown: not shown
         lines.append(
             f"launcher  {p['launcher']}: rank {p['rank']} of {p['size']}, "
-            f"local {p['local_rank']} of {p['local_size']}, node {p['node_index']}"
+            f"local {p['local_rank']} of {p['local_size']}{node}"
         )
         if p.get("hosts"):
             lines.append(f"hosts     {','.join(p['hosts'])}")
@@ -154,6 +224,7 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(
             f"threads   {t['cpus']} cpus ({t['source']}): intra-op {t['intra_op']}, inter-op {t['inter_op']}{set_by}"
         )
+        lines += [f"note      {t['note']}"] if t.get("note") else []
     for g in report.get("gpus", []):
         lines.append(f"gpu       {g['index']} {g['name']} (device {g['device_id']})")
     if "gpus" in report and not report["gpus"]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -79,6 +80,25 @@ def login_host(env: Mapping[str, str], override: str | None = None) -> str:
             return env[name]
     fqdn = socket.getfqdn()
     return socket.gethostname() if fqdn.startswith("localhost") else fqdn
+
+
+def ssh_user(env: Mapping[str, str], uid: int | None = None) -> str:
+    """Your user name for the ssh line: ``$USER``, ``$LOGNAME``, else the account of ``uid`` (this process's).
+
+    Batch jobs and containers do not always set ``USER``; the account database still knows the
+    name. A uid it does not know (a container without a passwd entry) gives the placeholder ``USER``.
+
+    Example:
+        >>> ssh_user({"USER": "ana"}), ssh_user({}, 0)
+        ('ana', 'root')
+    """
+    for name in ("USER", "LOGNAME"):
+        if env.get(name):
+            return env[name]
+    try:
+        return pwd.getpwuid(os.getuid() if uid is None else uid).pw_name
+    except KeyError:
+        return "USER"
 
 
 def ssh_line(user: str, login: str, here: str, local_port: int, port: int) -> str:
@@ -236,8 +256,7 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
 
 
 def _announce(run_dirs: Sequence[str], port: int, login: str | None, local_port: int | None) -> None:
-    user = os.environ.get("USER") or os.environ.get("LOGNAME") or "you"
-    line = ssh_line(user, login_host(os.environ, login), socket.gethostname(), local_port or port, port)
+    line = ssh_line(ssh_user(os.environ), login_host(os.environ, login), socket.gethostname(), local_port or port, port)
     print(
         f"TensorBoard for {len(run_dirs)} run(s) at http://{LOOPBACK}:{port}/ (this host only). On your machine run\n"
         f"  {line}\n"

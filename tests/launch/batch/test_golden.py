@@ -208,7 +208,8 @@ def launch_line(script: str) -> str:
 def test_theta_is_the_guide_s_aprun_layout() -> None:
     script = site_script("theta")
     assert launch_line(script).startswith(
-        "aprun -n 8 -N 4 -d 32 -j 2 -cc depth -e MLDIST_SIZE=8 -e MLDIST_LOCAL_SIZE=4 -e OMP_NUM_THREADS=32 bash -c "
+        "aprun -n 8 -N 4 -d 32 -j 2 -cc depth -e MLDIST_SIZE=8 -e MLDIST_LOCAL_SIZE=4 -e OMP_NUM_THREADS=32 "
+        "-e KMP_BLOCKTIME=0 -e KMP_AFFINITY=granularity=fine,compact,1,0 bash -c "  # the guide passes them with -e
     )
     assert "export OMP_NUM_THREADS=32 MLDIST_CPUS_PER_TASK=32" in script.splitlines()
     assert "export KMP_BLOCKTIME=0" in script.splitlines()

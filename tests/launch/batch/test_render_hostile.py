@@ -114,7 +114,10 @@ def test_hostile_values_arrive_verbatim(scheduler: str, variant: str, tmp_path: 
             *["--cpus-per-task=2", "--cpu-bind=cores"],
         ],
         "pbs": ["-n", "2", "--ppn", "2", "--depth", "2", "--cpu-bind", "depth"],
-        "cobalt": ["-n", "2", "-N", "2", "-d", "2", "-j", "1", "-cc", "depth", *aprun_env(2, 2, 2)],
+        "cobalt": [
+            *["-n", "2", "-N", "2", "-d", "2", "-j", "1", "-cc", "depth", *aprun_env(2, 2, 2)],
+            *(word for i, v in enumerate(literal) for word in ("-e", f"MY_H{i}={v}")),  # aprun -e: verbatim too
+        ],
     }[scheduler]
     check_job_ran(job, launch, container, command=("argv-recorder", *h))
 

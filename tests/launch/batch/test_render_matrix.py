@@ -69,7 +69,7 @@ def _software(scheduler: str) -> Case:
             unset=("STANDIN_DROP",),
         ),
         lambda t: BASE[scheduler](out_dir(t)),
-        LAUNCH_1[scheduler],
+        LAUNCH_1[scheduler] + (["-e", "MY_A=1", "-e", "MY_B=two words"] if scheduler == "cobalt" else []),  # aprun
         lambda t: {"MY_A": "1", "MY_B": "two words", "STANDIN_VENV_MARKER": "venv-ok"},
         env={"STANDIN_DROP": "set outside"},
         modules=("gcc/12.2", "cuda/12.2"),

@@ -122,6 +122,23 @@ def test_measured_threads_share_the_nodes_cores(tasks: int, ht: int, tmp_path: P
     assert f"mldist: {min(CORES * ht, NPROC)} CPUs per node (measured)" in job.stdout
 
 
+@pytest.mark.slow
+def test_aprun_passes_the_job_s_variables_with_e_as_the_theta_guide_does(tmp_path: Path, standin_bin: Path) -> None:
+    """ALPS: aprun -e NAME=VALUE for each --env (and site) variable, a $NAME value as its export expanded it."""
+    env = (("KMP_BLOCKTIME", "0"), ("MY_A", "one $$ 'x' *"), ("MY_DIR", "$MLDIST_JOB_DIR/d"), ("MY_A", "two"))
+    out = out_dir(tmp_path)
+    job = make_job(tmp_path, standin_bin, "cobalt", output_dir=out, tasks_per_node=2, cpus_per_task=3, env=env)
+    job.run()
+    launch = ["-n", "2", "-N", "2", "-d", "3", "-j", "1", "-cc", "depth", *aprun_env(2, 2, 3)]
+    job_vars = ["-e", "KMP_BLOCKTIME=0", "-e", "MY_A=two", "-e", f"MY_DIR={out}/d"]  # the last MY_A wins
+    check_job_ran(job, [*launch, *job_vars], [])
+    assert '-e KMP_BLOCKTIME=0 -e MY_A=two -e "MY_DIR=$MY_DIR" bash -c' in job.text
+    for task in job.calls("argv-recorder"):
+        assert (task["env"]["MY_A"], task["env"]["MY_DIR"]) == ("two", f"{out}/d")  # the stand-in records MY_*
+    quoted = render(JobSpec(command=("python",), scheduler="cobalt", env=(("MY_A", "one $$ 'x' *"),), output_dir="/o"))
+    assert """-e 'MY_A=one $ '"'"'x'"'"' *' bash -c""" in quoted  # a plain value: shlex-quoted, inert
+
+
 def test_no_script_exports_one_thread_unless_asked() -> None:
     for scheduler in ("slurm", "pbs", "cobalt"):
         text = render(JobSpec(command=("python",), scheduler=scheduler, output_dir="/o"))

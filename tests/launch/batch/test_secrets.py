@@ -177,7 +177,7 @@ def python3_in_front(tmp: Path, standin_bin: Path, mldist_part: str) -> Path:
 
 JOB_SECRETS = {
     "MLDIST_WANDB_API_KEY": SECRET + "-1",
-    "TF_DB_PASSWORD": SECRET + "-2",
+    "HOROVOD_DB_PASSWORD": SECRET + "-2",
     "NCCL_auth_header": SECRET + "-3",
     "https_proxy": f"http://alice:{SECRET}-4@proxy.example:3128",
     "ALL_PROXY": f"socks5://bob:{SECRET}-5@socks.example:1080",
@@ -200,8 +200,8 @@ def test_the_record_shows_mldist_env_with_secrets_redacted(tmp_path: Path, stand
     _, record = run_with_secrets(tmp_path, standin_bin, f'exec "{sys.executable}" "$@"')
     report = json.loads(record.split("## mldist env\n", 1)[1])  # still valid JSON after the sed
     shown = report["variables"]
-    assert {k: shown[k] for k in ("MLDIST_WANDB_API_KEY", "TF_DB_PASSWORD", "NCCL_auth_header")} == dict.fromkeys(
-        ("MLDIST_WANDB_API_KEY", "TF_DB_PASSWORD", "NCCL_auth_header"), REDACTED
+    assert {k: shown[k] for k in ("MLDIST_WANDB_API_KEY", "HOROVOD_DB_PASSWORD", "NCCL_auth_header")} == dict.fromkeys(
+        ("MLDIST_WANDB_API_KEY", "HOROVOD_DB_PASSWORD", "NCCL_auth_header"), REDACTED
     )
     assert shown["https_proxy"] == "http://<redacted>@proxy.example:3128"
     assert shown["ALL_PROXY"] == "socks5://<redacted>@socks.example:1080"

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .expand import pieces
 from .schedulers import scheduler
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class Plan:
         gpus_per_node: GPUs per node.
         omp: aprun's ``OMP_NUM_THREADS`` value.
         nodefile: the variable naming the job's node file, if the scheduler has one.
+        env: the job's variables (site profile and ``--env``; the last value of a name), which
+            aprun passes on with ``-e`` as the ALPS guides do.
     """
 
     nodes: int
@@ -70,6 +73,7 @@ class Plan:
     gpus_per_node: int
     omp: str
     nodefile: str | None
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def total(self) -> str:
@@ -83,7 +87,8 @@ def plan(s: JobSpec, nodefile: str | None) -> Plan:
     cores = str(max(1, t // s.hyperthreads)) if t else "$MLDIST_CORES_PER_TASK"
     user_omp = dict(s.env).get("OMP_NUM_THREADS")
     omp = depth if user_omp is None else (user_omp if "$" not in user_omp else "$OMP_NUM_THREADS")
-    return Plan(s.nodes, s.tasks, depth, cores, s.hyperthreads, s.gpus_per_node, omp, nodefile)
+    env = tuple((k, v) for k, v in dict(s.env).items() if k != "OMP_NUM_THREADS")  # omp has it
+    return Plan(s.nodes, s.tasks, depth, cores, s.hyperthreads, s.gpus_per_node, omp, nodefile, env)
 
 
 def _srun(p: Plan) -> list[str]:
@@ -92,11 +97,30 @@ def _srun(p: Plan) -> list[str]:
     return argv + (["--gpus-per-task=1"] if p.gpus_per_node and p.gpus_per_node == p.tasks else []) + [Raw(SRUN_MPI)]
 
 
+def _aprun_env(key: str, value: str) -> str:
+    """aprun's ``-e`` word for job variable ``key``: ``KEY=VALUE`` as is, or ``"KEY=$KEY"`` if it refers to others.
+
+    A value with ``$NAME`` references was expanded once by its ``export`` line; ``-e`` passes
+    that result on rather than expanding again. Plain values are written shlex-quoted.
+
+    Example:
+        >>> _aprun_env("KMP_BLOCKTIME", "0"), _aprun_env("A", "x y$$"), _aprun_env("B", "${HOME}/d")
+        ('KMP_BLOCKTIME=0', 'A=x y$', 'B=$B')
+    """
+    parts = pieces(value)
+    if any(is_var for is_var, _ in parts):
+        return Shell(f"{key}=${key}")
+    return f"{key}=" + "".join(text for _, text in parts)
+
+
 def _aprun(p: Plan) -> list[str]:
-    # ALPS exports no world size: the sizes travel as -e variables.
+    # ALPS exports no world size: the sizes travel as -e variables, and so do the job's own
+    # (the Theta guide's aprun -e OMP_NUM_THREADS=.. -e KMP_BLOCKTIME=..), which the script also exports.
     argv = ["aprun", "-n", p.total, "-N", str(p.tasks), "-d", _w(p.depth), "-j", str(p.hyperthreads), "-cc", "depth"]
     for key, value in (("MLDIST_SIZE", p.total), ("MLDIST_LOCAL_SIZE", str(p.tasks)), ("OMP_NUM_THREADS", p.omp)):
         argv += ["-e", _w(f"{key}={value}")]
+    for key, value in p.env:
+        argv += ["-e", _aprun_env(key, value)]
     return argv
 
 
