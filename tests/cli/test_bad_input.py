@@ -36,6 +36,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("submit-time-newline", [*SUBMIT, "--time", "1:00:00\n", "--", "true"], "is not M, H:MM:SS"),
     ("submit-grace-huge", [*SUBMIT, "--grace", "9999999", "--", "true"], "more than 604800"),
     ("submit-site-wrong-type", [*SUBMIT, "--site", "bad-nodes", "--", "true"], "nodes must be a whole number"),
+    ("submit-container-pull-unknown", [*SUBMIT, "--container-pull", "later", "--", "true"], "invalid choice: 'later'"),
+    ("submit-module-two-words", [*SUBMIT, "--module", "cuda 12", "--", "true"], "is not a module name"),
     ("status-empty-id", ["status", ""], "is not a job id"),
     ("status-newline-id", ["status", "4242\n"], "is not a job id"),
     ("cancel-empty-id", ["cancel", ""], "is not a job id"),

@@ -14,10 +14,12 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..launch.batch.images import PULL_MODES, plan_pull, pull_image
 from ..launch.batch.launchers import LAUNCHERS
 from ..launch.batch.records import cancel, job_status, list_records, load_record, submit
 from ..launch.batch.render import render
@@ -43,6 +45,9 @@ rank-R.log per rank. Without --cpus-per-task the node's cores are shared among i
 ${NAME} expand when the job starts, after the modules load; write $$ for a literal $.
 With --requeue, the workers get SIGUSR1 --grace seconds before the time limit;
 if they exit with code 75 the job requeues (Slurm) or resubmits itself (PBS, Cobalt)."""
+
+
+_MODULE = re.compile(r"[^\s\x00-\x1f\x7f]+")
 
 
 def _env_pair(text: str) -> tuple[str, str]:
@@ -75,6 +80,41 @@ def _add_submit(sub: Any) -> None:
         SUBMIT_EXAMPLE,
         "Render a batch script for COMMAND, submit it, print the job id and log directory.",
     )
+    add_job_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+
+
+def module_name(text: str) -> str:
+    """A module name: one word, no blanks or control characters (argparse type)."""
+    if not _MODULE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a module name (one word, no blanks or newlines)")
+    return text
+
+
+class _Skipping:
+    """A parser's ``add_argument`` that leaves out the flags in ``skip``."""
+
+    def __init__(self, parser: argparse.ArgumentParser, skip: Collection[str]) -> None:
+        self.parser, self.skip = parser, skip
+
+    def add_argument(self, *flags: str, **kw: Any) -> None:
+        if flags[0] not in self.skip:
+            self.parser.add_argument(*flags, **kw)
+
+
+def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> None:
+    """Add ``submit``'s job options to ``parser``, but those in ``skip`` (``build-env`` shares them).
+
+    Args:
+        parser: the subcommand's parser.
+        skip: flags left out (``build-env``: ``--nodes``, its own ``--venv``, ...).
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_job_options(p, skip={"--nodes"})
+        >>> p.parse_args(["--module-purge"]).module_purge, hasattr(p.parse_args([]), "nodes")
+        (True, False)
+    """
+    p = _Skipping(parser, skip)
     p.add_argument("--scheduler", choices=list(SCHEDULERS), help="default: the site's, else detected")
     p.add_argument("--site", help="a site profile (built-in, ~/.config/mldist/sites.toml, ./mldist-sites.toml)")
     for flag, kind, text in (
@@ -109,7 +149,7 @@ def _add_submit(sub: Any) -> None:
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
     p.add_argument("--launcher", choices=list(LAUNCHERS), help="how ranks start (default: the site's or scheduler's)")
     p.add_argument("--gpu-request", choices=list(GPU_REQUESTS), help="Slurm GPUs per node, per task or in total")
-    p.add_argument("--module", action="append", dest="modules", help="module to load (repeatable)")
+    p.add_argument("--module", action="append", dest="modules", type=module_name, help="module to load (repeatable)")
     p.add_argument(
         "--module-purge",
         action=argparse.BooleanOptionalAction,
@@ -117,13 +157,22 @@ def _add_submit(sub: Any) -> None:
     )
     p.add_argument("--env-source", action="append", help="shell file to source after the modules (repeatable)")
     p.add_argument("--unset", action="append", help="variable to remove in the job, e.g. https_proxy (repeatable)")
-    p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
-    p.add_argument("--container-args", dest="container_args_text", help="extra 'apptainer exec' options ('--rocm')")
+    _add_container_options(p)
     p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
     p.add_argument("--directive", action="append", dest="directives", help="raw extra directive (repeatable)")
     p.add_argument("--requeue", action="store_true", default=None, help="save and requeue before the limit")
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+
+
+def _add_container_options(p: _Skipping) -> None:
+    p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
+    p.add_argument("--container-args", dest="container_args_text", help="extra 'apptainer exec' options ('--rocm')")
+    p.add_argument(
+        "--container-pull",
+        choices=PULL_MODES,
+        help="pull a docker://... image here before submitting (login: the default where apptainer or "
+        "singularity is on PATH) or in the job (job)",
+    )
 
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_.\[\]-]{1,128}")
@@ -198,14 +247,24 @@ def _local_path(value: str) -> str:
     return str(Path(value).expanduser().absolute()) if "://" not in value else value
 
 
-def build_spec(args: argparse.Namespace, command: list[str], now: float | None = None) -> JobSpec:
-    """The JobSpec from CLI options over a site profile over defaults."""
+def build_spec(
+    args: argparse.Namespace, command: Sequence[str], now: float | None = None, fixed: Mapping[str, Any] | None = None
+) -> JobSpec:
+    """The JobSpec from CLI options over a site profile over defaults (``submit``'s and ``build-env``'s).
+
+    Args:
+        args: the parsed options (those a command leaves out count as not given).
+        command: each task's argv.
+        now: the time stamped into the default output directory (default: now).
+        fixed: fields set whatever the profile and options say (``build-env``: one task, no venv).
+    """
     opts: dict[str, Any] = dict(site_profile(args.site)) if args.site else {}
     env = dict(opts.pop("env", {}))
     partitions = opts.pop("partitions", {})
     for key in (*_INT_OPTS, *_STR_OPTS):
         if getattr(args, key, None) is not None:
             opts[key] = getattr(args, key)
+    opts.update(fixed or {})
     if opts.get("queue") is None and partitions:
         opts["queue"] = partitions.get("gpu" if opts.get("gpus_per_node") else "cpu")
     for key in _LISTS:
@@ -232,7 +291,7 @@ def _paths(args: argparse.Namespace, opts: dict[str, Any]) -> None:
         value = getattr(args, key, None)
         if value is not None:
             opts[key] = _local_path(value)
-    if args.conda is not None:
+    if getattr(args, "conda", None) is not None:
         opts["conda"] = args.conda
     if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
         raise ConfigError(f"--venv {opts['venv']!r} has no bin/activate; create it (mldist build-env) or fix the path")
@@ -247,9 +306,14 @@ def _paths(args: argparse.Namespace, opts: dict[str, Any]) -> None:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     spec = build_spec(args, command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"))
+    spec, pull = plan_pull(spec, args.container_pull, shutil.which)
     if args.dry_run:
+        if pull:
+            print(f"mldist submit: dry run: the image is not pulled (it would be: {pull.shell()})", file=sys.stderr)
         sys.stdout.write(render(spec))
         return 0
+    if pull:
+        pull_image(pull)
     record = submit(spec)
     print(f"submitted job {record.job_id} ({record.scheduler})")
     print(f"logs: {record.output_dir}  (mldist logs {record.job_id} [--rank R] [--follow])")
