@@ -17,12 +17,14 @@ import pytest
 
 from helpers import ROOT, clean_env
 from mldist.cli import build_parser, main
-from mldist.cli.buildenv import build_spec
+from mldist.cli.buildenv import build_plan
+from mldist.cli.jobs import build_spec as submit_spec
 from mldist.launch.batch.buildenv import (
     BUILD_SCRIPT,
     BuildRequest,
     build_command,
     constraints_of,
+    follow_up,
     install_target,
     running_source,
 )
@@ -64,6 +66,10 @@ def _args(*argv: str):  # type: ignore[no-untyped-def]
     return build_parser()[0].parse_args(["build-env", *argv])
 
 
+def build_spec(args):  # type: ignore[no-untyped-def]
+    return build_plan(args).spec
+
+
 @pytest.mark.parametrize("scheduler", ["slurm", "pbs", "cobalt"])
 def test_dry_run_prints_the_build_job_for_each_scheduler(
     scheduler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -86,9 +92,57 @@ def test_dry_run_prints_the_build_job_for_each_scheduler(
 
 def test_a_site_gives_scheduler_and_directives_but_the_job_stays_one_task(tmp_path: Path) -> None:
     spec = build_spec(_args("--venv", str(tmp_path / "v"), "--site", "polaris", "--gpu", "--output-dir", str(tmp_path)))
-    assert (spec.scheduler, spec.nodes, spec.tasks, spec.gpus_per_node) == ("pbs", 1, 1, 0)
+    assert (spec.scheduler, spec.nodes, spec.tasks, spec.gpus_per_node) == ("pbs", 1, 1, 1)  # a GPU node
     assert "-l filesystems=home:eagle" in spec.directives and dict(spec.env)["TMPDIR"] == "/tmp"
     assert spec.command[5:7] == (f"{running_source()}[gpu]", "gpu")
+
+
+def _script_lines(*argv: str) -> list[str]:
+    return render(build_spec(_args(*argv))).splitlines()
+
+
+@pytest.mark.usefixtures("no_site_files")
+def test_the_build_job_takes_the_whole_profile_as_submit_does(tmp_path: Path) -> None:
+    common = ["--site", "saga", "--output-dir", str(tmp_path / "o")]
+    gpu = _script_lines("--venv", str(tmp_path / "v"), *common, "--gpu")
+    for line in ("#SBATCH --partition=accel", "#SBATCH --gpus-per-task=1", "#SBATCH --mem-per-cpu=8G",
+                 "#SBATCH --ntasks-per-node=1", "module purge", "export OMPI_MCA_pml=ob1"):  # fmt: skip
+        assert line in gpu, line
+    # The same directives and environment as the training job on one GPU (submit's own code).
+    parser = build_parser()[0]
+    words = [*common, "--gpus-per-node", "1", "--time", "1:00:00", "--job-name", "mldist-build-env", "--", "true"]
+    submitted = render(submit_spec(parser.parse_args(["submit", *words]), ["true"]))
+    before_launch = "\n".join(gpu).split("\nsrun ", 1)[0]
+    assert before_launch == submitted.split("\nsrun ", 1)[0] and len(before_launch.splitlines()) > 30
+    cpu = _script_lines("--venv", str(tmp_path / "v"), *common)
+    assert "#SBATCH --partition=normal" in cpu and not any("gpus" in line for line in cpu)
+
+
+@pytest.mark.usefixtures("no_site_files")
+def test_the_build_job_takes_submit_s_options(tmp_path: Path) -> None:
+    lines = _script_lines("--venv", str(tmp_path / "v"), "--site", "saga", "--gpu", "--output-dir", str(tmp_path),
+                          "--constraint", "a100", "--directive=--reservation=build", "--gpus-per-node", "2",
+                          "--gpu-request", "total", "--no-module-purge", "--module", "python/3.11",
+                          "--env", "PIP_CACHE_DIR=$SCRATCH/pip", "--account", "nn1234k")  # fmt: skip
+    for line in ("#SBATCH --constraint=a100", "#SBATCH --reservation=build", "#SBATCH --gpus=2",
+                 "#SBATCH --account=nn1234k", "#SBATCH --partition=accel", "module load python/3.11",
+                 'export PIP_CACHE_DIR="${SCRATCH-}"/pip'):  # fmt: skip
+        assert line in lines, line
+    assert "module purge" not in lines
+    assert "--no-module-purge" in follow_up("/v", ["python/3.11"], "saga", None, False)
+
+
+@pytest.mark.usefixtures("no_site_files")
+def test_the_build_job_keeps_the_proxies_and_activates_nothing(tmp_path: Path) -> None:
+    (tmp_path / "mldist-sites.toml").write_text(
+        '[sites.mine]\nextends = "apptainer-slurm"\nvenv = "/nonexistent/tf"\nnodes = 4\ntasks_per_node = 4\n'
+        'wrap = ["nsys", "profile", "--"]\nrequeue = true\ncontainer = "/images/tf.sif"\nmodules = ["python/3.11"]\n'
+    )
+    spec = build_spec(_args("--venv", str(tmp_path / "v"), "--site", "mine", "--output-dir", str(tmp_path / "o")))
+    assert (spec.nodes, spec.tasks, spec.venv, spec.container, spec.wrap, spec.requeue) == (1, 1, None, None, (), False)
+    assert spec.unset == () and spec.modules == ("python/3.11",)
+    text = render(spec)
+    assert "unset " not in text and "/nonexistent/tf" not in text and "apptainer" not in text
 
 
 class _Dist:
@@ -127,7 +181,7 @@ def test_install_target_and_constraints() -> None:
 def test_source_option_names_a_requirement_or_a_path(tmp_path: Path) -> None:
     spec = build_spec(_args("--venv", str(tmp_path / "v"), "--scheduler", "slurm", "--source", "mldist==0.1.0",
                             "--output-dir", str(tmp_path / "o")))  # fmt: skip
-    assert spec.command[5:] == ("mldist[cpu]==0.1.0", "cpu", "", "")
+    assert spec.command[5:] == ("mldist[cpu]==0.1.0", "cpu", "", "", "")
     wheel = tmp_path / "mldist-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"")
     spec = build_spec(_args("--venv", str(tmp_path / "v"), "--scheduler", "slurm", "--source", str(wheel),
@@ -156,7 +210,25 @@ BAD = [
     (["--time", "1:99:00"], "go up to 59"),
     (["--job-name", "x\n"], "--job-name"),
     (["--site", "nowhere"], "is not defined"),
+    (["--wheelhouse", "{tmp}/a-file"], "is not a directory"),
+    (["--wheelhouse", "{tmp}/w", "--python-version", "3.x"], "is not a Python version"),
+    (["--wheelhouse", "{tmp}/w", "--platform", "many linux"], "is not a wheel platform tag"),
+    (["--platform", "manylinux2014_x86_64"], "give --wheelhouse DIR too"),
+    (["--wheelhouse", "{tmp}/w", "--source", "git+https://example.org/m.git"], "with --wheelhouse"),
+    (["--wheelhouse", "{tmp}/w", "--source", "{tmp}/full"], "no pyproject.toml naming mldist"),
+    (["--constraint", "gpu\n"], "--constraint"),
+    (["--gpus-per-node", "-1"], "not a whole number"),
+    (["--directive=--reservation=a\nb"], "one line each"),
+    (["--env", "K\n=v"], "not a variable name"),
+    (["--module-purge", "--nodes", "2"], "unrecognized arguments: --nodes 2"),
 ]
+
+
+@pytest.fixture
+def no_site_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the built-in profiles and ./mldist-sites.toml of tmp_path (the working directory)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.mark.parametrize(("argv", "message"), BAD, ids=[m for _, m in BAD])

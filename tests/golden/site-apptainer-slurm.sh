@@ -17,7 +17,6 @@ export MLDIST_JOB_ID="$job_id"
 mkdir -p "$MLDIST_JOB_DIR"
 export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"
 rm -f -- "$MLDIST_REQUEUE_MARK".rank-*
-unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 mldist_cpus=$(bash -c 'c=$(lscpu -p=CORE,SOCKET 2>/dev/null | grep -v "^#" | sort -u | wc -l); a=$(nproc 2>/dev/null || echo 1); [ "$c" -gt 0 ] 2>/dev/null || c=$a; c=$((c * $1)); [ "$c" -le "$a" ] || c=$a; echo "$c"' mldist-cpus 1)  # no --cpus-per-task: the node's cores are shared among its ranks
 [ "${mldist_cpus:-0}" -gt 0 ] 2>/dev/null || mldist_cpus=1
 export MLDIST_CPUS_PER_TASK=$((mldist_cpus / 1 > 0 ? mldist_cpus / 1 : 1))
@@ -29,6 +28,7 @@ if srun --mpi=list 2>&1 | grep -qw pmix && python3 -c 'import mpi4py; mpi4py.rc.
   mldist_srun_mpi=(--mpi=pmix)
 fi
 echo "mldist: srun MPI plugin: ${mldist_srun_mpi[0]:-the site default}"
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 {
   echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"
   echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1

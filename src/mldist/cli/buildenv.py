@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
-import subprocess
+import shlex
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,42 +19,73 @@ from ..errors import ConfigError
 from ..launch.batch.buildenv import (
     FREEZE_NAME,
     BuildRequest,
-    build_job,
+    build_command,
     check_venv_path,
     constraints_of,
     follow_up,
+    install_target,
     running_source,
 )
 from ..launch.batch.records import submit
 from ..launch.batch.render import render
-from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
-from ..launch.batch.sites import site_profile
 from ..launch.batch.spec import JobSpec
+from ..launch.batch.wheelhouse import (
+    PLATFORM,
+    PYTHON_VERSION,
+    Wheelhouse,
+    download_argv,
+    fill_wheelhouse,
+    python_of_modules,
+    wheelhouse_source,
+)
 from .common import Handler, add_command
+from .jobs import add_job_options, build_spec
 
 EXAMPLE = """\
 example:
   mldist build-env --venv ~/venvs/tf --module python/3.11 --time 30
-  mldist build-env --venv ~/venvs/tf-gpu --gpu --site polaris --account MYPROJ --requirements requirements.txt
+  mldist build-env --venv ~/venvs/tf-gpu --gpu --site saga --account MYPROJ --requirements requirements.txt
+  mldist build-env --venv /proj/venvs/tf --module python/3.11 --wheelhouse /proj/wheels   # nodes without internet
   mldist build-env --venv ~/venvs/tf --dry-run          # print the job script only
 
-The job (one node, one task) loads the modules, creates the venv with python3 -m venv
-(an existing venv is updated), upgrades pip, installs mldist with TensorFlow
-([cpu] extra, or [gpu] with --gpu) and the requirements, checks that mldist and
-tensorflow import, and records pip freeze in VENV/mldist-build.txt and the job
-directory. mldist comes from the source tree this mldist runs from, else from
-the package index (mldist==VERSION); --source overrides. Paths must be on a file
+The job (one node, one task, --time 1:00:00 unless given) loads the modules, creates the venv
+with python3 -m venv (an existing venv is updated), upgrades pip, installs mldist with TensorFlow
+([cpu] extra, or [gpu] with --gpu, on a node with one GPU unless --gpus-per-node says)
+and the requirements, checks that mldist and tensorflow import, and records pip freeze
+in VENV/mldist-build.txt and the job directory. mldist comes from the source tree this
+mldist runs from, else from the package index (mldist==VERSION); --source overrides.
+The job takes the site profile and submit's options (partition, modules, module purge,
+memory, --constraint, --env, --directive, ...) as the training job will, but runs one
+task, activates nothing and keeps the proxies (pip needs them).
+With --wheelhouse DIR, this command first downloads every wheel the venv needs into DIR
+(pip download --only-binary=:all:, for --python-version/--platform, else the Python a
+python/3.X module names, else this one's) and the job installs with pip install
+--no-index --find-links DIR: it never touches the network. Paths must be on a file
 system the compute nodes see. Then: mldist submit --venv VENV (same --module)."""
 
-#: Options a site profile may give the build job (geometry and containers stay out).
-_SITE_KEYS = ("scheduler", "modules", "queue", "account", "constraint", "directives", "env", "unset")
-_MODULE = re.compile(r"[^\s\x00-\x1f\x7f]+")
+#: ``submit``'s options the one-task build job has no use for (``--venv`` is its own here).
+NOT_FOR_BUILD = (
+    "--nodes", "--tasks-per-node", "--grace", "--array", "--requeue", "--venv", "--conda", "--container",
+    "--container-cache", "--container-pull", "--bind", "--container-args", "--wrap", "--unset", "--network-interface",
+)  # fmt: skip
+#: What the build job is whatever a profile says: one task, nothing activated, the proxies kept for pip.
+BUILD_FIXED: dict[str, Any] = {
+    "nodes": 1, "tasks_per_node": 1, "venv": None, "conda": None, "container": None, "container_args": (),
+    "wrap": (), "requeue": False, "array": None, "unset": (),
+}  # fmt: skip
 
 
-def _module(text: str) -> str:
-    """A module name: one word, no blanks or control characters (argparse type)."""
-    if not _MODULE.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a module name (one word, no blanks or newlines)")
+def _platform(text: str) -> str:
+    """A wheel platform tag (argparse type)."""
+    if not PLATFORM.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a wheel platform tag (e.g. manylinux2014_x86_64)")
+    return text
+
+
+def _python_version(text: str) -> str:
+    """A Python version like 3.11 (argparse type)."""
+    if not PYTHON_VERSION.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Python version like 3.11")
     return text
 
 
@@ -68,19 +98,18 @@ def register(sub: Any) -> dict[str, Handler]:
         EXAMPLE,
         "Write and submit a one-node job that builds VENV on a compute node, then print how to use it.",
     )
-    p.add_argument("--venv", required=True, help="the venv to create (or update, if it is one)")
-    p.add_argument("--module", action="append", dest="modules", type=_module, help="module to load (repeatable)")
+    p.add_argument("--venv", required=True, dest="build_venv", metavar="VENV", help="the venv to create or update")
     p.add_argument("--requirements", help="a requirements file installed with mldist")
     p.add_argument("--gpu", action="store_true", help="TensorFlow with CUDA (the [gpu] extra), not [cpu]")
     p.add_argument("--source", help="where mldist comes from: a directory, a wheel or a requirement")
-    p.add_argument("--scheduler", choices=list(SCHEDULERS), help="default: the site's, else detected")
-    p.add_argument("--site", help="a site profile: its scheduler, modules, queue, account, directives, env")
-    p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
-    p.add_argument("--account", help="project to charge")
-    p.add_argument("--time", default="1:00:00", help="time limit: M, H:MM:SS or D-HH:MM:SS (default 1:00:00)")
-    p.add_argument("--output-dir", help="script and logs (default mldist-jobs/NAME-TIME)")
-    p.add_argument("--job-name", default="mldist-build-env", help="job name (default mldist-build-env)")
-    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    p.add_argument("--wheelhouse", help="download every wheel here first; the job installs from it offline")
+    p.add_argument("--python-version", type=_python_version, help="the nodes' Python for --wheelhouse, e.g. 3.11")
+    p.add_argument(
+        "--platform", action="append", dest="platforms", type=_platform, help="the nodes' wheel platform tag for "
+        "--wheelhouse (repeatable), e.g. manylinux2014_aarch64; default: this machine's",
+    )  # fmt: skip
+    add_job_options(p, skip=NOT_FOR_BUILD)
+    p.set_defaults(time="1:00:00", job_name="mldist-build-env")
     return {"build-env": _cmd_build_env}
 
 
@@ -103,49 +132,49 @@ def _source(text: str | None) -> str:
     return text
 
 
-def _probe(argv: list[str]) -> str:
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return res.stdout + res.stderr
+def _wheelhouse_dir(args: argparse.Namespace) -> str | None:
+    """The ``--wheelhouse`` directory (absolute), or None; its companions without it are refused."""
+    if args.wheelhouse is None:
+        for flag, value in (("--python-version", args.python_version), ("--platform", args.platforms)):
+            if value:
+                raise ConfigError(f"{flag} says which wheels --wheelhouse downloads; give --wheelhouse DIR too")
+        return None
+    path = _absolute(args.wheelhouse, "--wheelhouse")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--wheelhouse {args.wheelhouse!r} is not a directory; give a directory for the wheels")
+    return str(path)
 
 
-def job_options(args: argparse.Namespace, now: float | None = None) -> dict[str, Any]:
-    """JobSpec fields of the build job from the options over the site profile.
+@dataclass(frozen=True)
+class BuildPlan:
+    """What ``build-env`` does: fill the wheelhouse (if any) from ``source``, then submit ``spec``.
+
+    Args:
+        spec: the build job (``submit``'s own JobSpec, one task).
+        request: what the job builds.
+        source: where mldist comes from, as ``--source`` named it (a tree, a wheel, a requirement).
+        wheelhouse: the wheelhouse filled on this node first, if any.
+    """
+
+    spec: JobSpec
+    request: BuildRequest
+    source: str
+    wheelhouse: Wheelhouse | None = None
+
+    @property
+    def target(self) -> str:
+        """What the job's pip installs."""
+        return install_target(self.request.source, self.request.flavour)
+
+
+def build_plan(args: argparse.Namespace, now: float | None = None) -> BuildPlan:
+    """The build job from ``build-env`` options, through ``submit``'s :func:`build_spec`; ConfigError for bad input.
 
     Args:
         args: the parsed ``build-env`` options.
         now: the time stamped into the default output directory (default: now).
     """
-    site = site_profile(args.site) if args.site else {}
-    opts: dict[str, Any] = {k: site[k] for k in _SITE_KEYS if k in site}
-    opts["env"] = tuple(dict(opts.get("env", {})).items())
-    for key in ("directives", "unset"):
-        opts[key] = tuple(opts.get(key, ()))
-    opts["modules"] = tuple(opts.get("modules", ())) + tuple(args.modules or ())
-    for key in ("queue", "account"):
-        if getattr(args, key) is not None:
-            opts[key] = getattr(args, key)
-    opts["scheduler"] = args.scheduler or opts.get("scheduler") or detect_scheduler(shutil.which, _probe)
-    opts["time"], opts["job_name"] = args.time, args.job_name
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    # The default holds the job name, which JobSpec checks (and names) itself.
-    out = (
-        _absolute(args.output_dir, "--output-dir") if args.output_dir else Path(f"mldist-jobs/{args.job_name}-{stamp}")
-    )
-    opts["output_dir"] = str(out.absolute())
-    return opts
-
-
-def build_spec(args: argparse.Namespace, now: float | None = None) -> JobSpec:
-    """The build job's JobSpec from ``build-env`` options; ConfigError for bad input.
-
-    Args:
-        args: the parsed ``build-env`` options.
-        now: the time stamped into the default output directory (default: now).
-    """
-    venv = _absolute(args.venv, "--venv")
+    venv = _absolute(args.build_venv, "--venv")
     check_venv_path(venv)
     requirements = None
     if args.requirements is not None:
@@ -153,21 +182,34 @@ def build_spec(args: argparse.Namespace, now: float | None = None) -> JobSpec:
         if not path.is_file():
             raise ConfigError(f"--requirements {args.requirements!r} is not a file")
         requirements = str(path)
-    source = _source(args.source)
-    req = BuildRequest(str(venv), source, args.gpu, requirements, constraints_of(source))
-    return build_job(req, **job_options(args, now))
+    source, house = _source(args.source), _wheelhouse_dir(args)
+    wanted = wheelhouse_source(source) if house else source
+    req = BuildRequest(str(venv), wanted, args.gpu, requirements, constraints_of(source), house)
+    gpus = args.gpus_per_node if args.gpus_per_node is not None else int(args.gpu)
+    spec = build_spec(args, build_command(req), now, fixed={**BUILD_FIXED, "gpus_per_node": gpus})
+    if house is None:
+        return BuildPlan(spec, req, source)
+    # The nodes' Python: given, else the one a python/3.X module (the profile's too) names.
+    version = args.python_version or python_of_modules(spec.modules)
+    return BuildPlan(spec, req, source, Wheelhouse(house, version, tuple(args.platforms or ())))
 
 
 def _cmd_build_env(args: argparse.Namespace) -> int:
-    spec = build_spec(args)
+    plan = build_plan(args)
+    req, house = plan.request, plan.wheelhouse
     if args.dry_run:
-        sys.stdout.write(render(spec))
+        if house:
+            argv = download_argv(sys.executable, house, plan.target, req.requirements, req.constraints)
+            print(f"mldist build-env: dry run: {house.path} is not filled (it would be: {shlex.join(argv)})",
+                  file=sys.stderr)  # fmt: skip
+        sys.stdout.write(render(plan.spec))
         return 0
-    record = submit(spec)
-    venv = spec.command[4]
-    print(f"submitted build job {record.job_id} ({record.scheduler}) for {venv}")
+    if house:
+        fill_wheelhouse(house, plan.source, plan.target, req.requirements, req.constraints)
+    record = submit(plan.spec)
+    print(f"submitted build job {record.job_id} ({record.scheduler}) for {req.venv}")
     print(f"logs: {record.output_dir}  (mldist logs {record.job_id} --follow; pip freeze: {FREEZE_NAME} there)")
     print(f"once it has COMPLETED (mldist status {record.job_id}):")
     # A --site brings its modules again; the --module ones are added to them.
-    print("  " + follow_up(venv, args.modules or (), args.site, args.scheduler))
+    print("  " + follow_up(req.venv, args.modules or (), args.site, args.scheduler, args.module_purge))
     return 0

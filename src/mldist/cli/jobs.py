@@ -15,12 +15,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..files import new_directory
+from ..launch.batch.images import PULL_MODES, plan_pull, pull_image
 from ..launch.batch.launchers import LAUNCHERS
 from ..launch.batch.records import PRIVATE_DIR, cancel, job_status, list_records, load_record, submit
 from ..launch.batch.render import render
@@ -60,6 +61,9 @@ GRACE_HELP = (
 )
 
 
+_MODULE = re.compile(r"[^\s\x00-\x1f\x7f]+")
+
+
 def _env_pair(text: str) -> tuple[str, str]:
     from ..placement.resources import is_secret_name
 
@@ -90,6 +94,41 @@ def _add_submit(sub: Any) -> None:
         SUBMIT_EXAMPLE,
         "Render a batch script for COMMAND, submit it, print the job id and log directory.",
     )
+    add_job_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+
+
+def module_name(text: str) -> str:
+    """A module name: one word, no blanks or control characters (argparse type)."""
+    if not _MODULE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a module name (one word, no blanks or newlines)")
+    return text
+
+
+class _Skipping:
+    """A parser's ``add_argument`` that leaves out the flags in ``skip``."""
+
+    def __init__(self, parser: argparse.ArgumentParser, skip: Collection[str]) -> None:
+        self.parser, self.skip = parser, skip
+
+    def add_argument(self, *flags: str, **kw: Any) -> None:
+        if flags[0] not in self.skip:
+            self.parser.add_argument(*flags, **kw)
+
+
+def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ()) -> None:
+    """Add ``submit``'s job options to ``parser``, but those in ``skip`` (``build-env`` shares them).
+
+    Args:
+        parser: the subcommand's parser.
+        skip: flags left out (``build-env``: ``--nodes``, its own ``--venv``, ...).
+
+    Example:
+        >>> p = argparse.ArgumentParser(); add_job_options(p, skip={"--nodes"})
+        >>> p.parse_args(["--module-purge"]).module_purge, hasattr(p.parse_args([]), "nodes")
+        (True, False)
+    """
+    p = _Skipping(parser, skip)
     p.add_argument("--scheduler", choices=list(SCHEDULERS), help="default: the site's, else detected")
     p.add_argument("--site", help="a site profile (built-in, ~/.config/mldist/sites.toml, ./mldist-sites.toml)")
     for flag, kind, text in (
@@ -124,7 +163,7 @@ def _add_submit(sub: Any) -> None:
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
     p.add_argument("--launcher", choices=list(LAUNCHERS), help="how ranks start (default: the site's or scheduler's)")
     p.add_argument("--gpu-request", choices=list(GPU_REQUESTS), help="Slurm GPUs per node, per task or in total")
-    p.add_argument("--module", action="append", dest="modules", help="module to load (repeatable)")
+    p.add_argument("--module", action="append", dest="modules", type=module_name, help="module to load (repeatable)")
     p.add_argument(
         "--module-purge",
         action=argparse.BooleanOptionalAction,
@@ -132,13 +171,22 @@ def _add_submit(sub: Any) -> None:
     )
     p.add_argument("--env-source", action="append", help="shell file to source after the modules (repeatable)")
     p.add_argument("--unset", action="append", help="variable to remove in the job, e.g. https_proxy (repeatable)")
-    p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
-    p.add_argument("--container-args", dest="container_args_text", help="extra 'apptainer exec' options ('--rocm')")
+    _add_container_options(p)
     p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
     p.add_argument("--directive", action="append", dest="directives", help="raw extra directive (repeatable)")
     p.add_argument("--requeue", action="store_true", default=None, help="save and requeue before the limit")
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
+
+
+def _add_container_options(p: _Skipping) -> None:
+    p.add_argument("--bind", action="append", dest="binds", help="extra directory bound into the container")
+    p.add_argument("--container-args", dest="container_args_text", help="extra 'apptainer exec' options ('--rocm')")
+    p.add_argument(
+        "--container-pull",
+        choices=PULL_MODES,
+        help="pull a docker://... image here before submitting (login: the default where apptainer or "
+        "singularity is on PATH) or in the job (job)",
+    )
 
 
 _JOB_ID = re.compile(r"[A-Za-z0-9_.\[\]-]{1,128}")
@@ -214,18 +262,23 @@ def _local_path(value: str) -> str:
 
 
 def build_spec(
-    args: argparse.Namespace, command: list[str], now: float | None = None, notes: list[str] | None = None
+    args: argparse.Namespace,
+    command: Sequence[str],
+    now: float | None = None,
+    notes: list[str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> JobSpec:
-    """The JobSpec from CLI options over a site profile over defaults.
+    """The JobSpec from CLI options over a site profile over defaults (``submit``'s and ``build-env``'s).
 
     A dry run (``args.dry_run``) needs no scheduler here (it renders for Slurm) and only warns
     about missing local files; a submission stops at them.
 
     Args:
-        args: the parsed ``mldist submit`` options.
-        command: the command each task runs.
-        now: the submit time in the default output directory's name (default: now).
+        args: the parsed options (those a command leaves out count as not given).
+        command: each task's argv.
+        now: the time stamped into the default output directory (default: now).
         notes: collects the dry run's one-line notes (default: printed to stderr at once).
+        fixed: fields set whatever the profile and options say (``build-env``: one task, no venv).
 
     Example:
         spec = build_spec(args, ["python", "train.py"], notes=notes)
@@ -236,6 +289,7 @@ def build_spec(
     for key in (*_INT_OPTS, *_STR_OPTS):
         if getattr(args, key, None) is not None:
             opts[key] = getattr(args, key)
+    opts.update(fixed or {})
     if opts.get("queue") is None and partitions:
         opts["queue"] = partitions.get("gpu" if opts.get("gpus_per_node") else "cpu")
     for key in _LISTS:
@@ -277,7 +331,7 @@ def _paths(args: argparse.Namespace, opts: dict[str, Any], say: Callable[[str], 
         value = getattr(args, key, None)
         if value is not None:
             opts[key] = _local_path(value)
-    if args.conda is not None:
+    if getattr(args, "conda", None) is not None:
         opts["conda"] = args.conda
     sources = tuple(_local_path(f) for f in opts["env_source"])
     opts["env_source"] = sources
@@ -302,9 +356,14 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if args.output_dir is None:  # a default name is made unique (-2, -3, ...); a dry run only looks
         out = new_directory(spec.output_dir, PRIVATE_DIR, create=not args.dry_run)
         spec = dataclasses.replace(spec, output_dir=str(out))
+    spec, pull = plan_pull(spec, args.container_pull, shutil.which)
     if args.dry_run:
+        if pull:
+            print(f"mldist submit: dry run: the image is not pulled (it would be: {pull.shell()})", file=sys.stderr)
         sys.stdout.write(render(spec))
         return 0
+    if pull:
+        pull_image(pull)
     record = submit(spec, fresh=args.output_dir is None)
     print(f"submitted job {record.job_id} ({record.scheduler})")
     print(f"logs: {record.output_dir}  (mldist logs {record.job_id} [--rank R] [--follow])")

@@ -1,17 +1,18 @@
-"""The ``mldist build-env`` job: a virtual environment built on a compute node, as a ``JobSpec``.
+"""The ``mldist build-env`` job: the program that builds a virtual environment on a compute node.
 
 Pure but for reading the file system and mldist's own install metadata: a build
-request in, the job's argv and ``JobSpec`` out. The job runs a fixed bash program
+request in, the job's argv out. The job runs a fixed bash program
 (:data:`BUILD_SCRIPT`) as its one task; the venv path, what to install and the
-requirements file reach it as ``"$1"`` ... ``"$5"``, never as shell code. The
+requirements file and the wheelhouse reach it as ``"$1"`` ... ``"$6"``, never as shell code. The
 centre guides' ``venv_build.job``: load the modules, ``python3 -m venv``, upgrade
 pip, install mldist with the right TensorFlow, check the imports, record ``pip freeze``.
 
+The job's directives, modules and environment come from ``mldist submit``'s own
+options and profile handling (``cli.jobs.build_spec``), with one task.
+
 Example:
-    >>> req = BuildRequest(venv="/w/tf", source="mldist==0.1.0")
-    >>> spec = build_job(req, scheduler="slurm", output_dir="/w/jobs/b")
-    >>> spec.command[4:7], spec.nodes, spec.tasks
-    (('/w/tf', 'mldist[cpu]==0.1.0', 'cpu'), 1, 1)
+    >>> build_command(BuildRequest(venv="/w/tf", source="mldist==0.1.0"))[4:7]
+    ('/w/tf', 'mldist[cpu]==0.1.0', 'cpu')
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ...errors import ConfigError
 from .render import redaction_sed
-from .spec import JobSpec
 
 q = shlex.quote
 
@@ -36,10 +35,18 @@ q = shlex.quote
 FREEZE_NAME = "mldist-build.txt"
 
 # $1 venv, $2 what pip installs (with the extra), $3 cpu|gpu, $4 requirements file or "",
-# $5 constraints file or "". {sed} becomes the shell-quoted redaction programs of render.py.
+# $5 constraints file or "", $6 wheelhouse or "" (then pip never asks an index: the node may
+# have no internet). {sed} becomes the shell-quoted redaction programs of render.py.
 _TEMPLATE = """set -euo pipefail
-venv="$1"; target="$2"; flavour="$3"; requirements="$4"; constraints="$5"
+venv="$1"; target="$2"; flavour="$3"; requirements="$4"; constraints="$5"; wheelhouse="${6:-}"
 say() { printf "mldist build-env: %s\\n" "$*"; }
+offline=()
+if [ -n "$wheelhouse" ]; then
+  [ -d "$wheelhouse" ] || { say "the wheelhouse $wheelhouse is not a directory on $(hostname)"; exit 2; }
+  offline=(--no-index --find-links "$wheelhouse")
+  export PIP_DISABLE_PIP_VERSION_CHECK=1
+  say "installing from the wheelhouse $wheelhouse only (no package index)"
+fi
 say "building $venv on $(hostname) with $(command -v python3) ($(python3 --version 2>&1))"
 if [ -e "$venv/pyvenv.cfg" ]; then
   say "updating the existing venv $venv"
@@ -49,8 +56,8 @@ else
   python3 -m venv -- "$venv"
 fi
 py="$venv/bin/python"
-"$py" -m pip install --upgrade pip
-args=(install "$target")
+"$py" -m pip install ${offline[@]+"${offline[@]}"} --upgrade pip
+args=(install ${offline[@]+"${offline[@]}"} "$target")
 if [ -n "$requirements" ]; then args+=(-r "$requirements"); fi
 if [ -n "$constraints" ]; then args+=(-c "$constraints"); fi
 say "pip ${args[*]}"
@@ -66,7 +73,8 @@ cp -- "$venv/FREEZE" "$MLDIST_JOB_DIR/FREEZE"
 say "done in ${SECONDS} s; pip freeze in $venv/FREEZE and $MLDIST_JOB_DIR/FREEZE"
 """
 
-#: The job's one task: ``bash -c BUILD_SCRIPT mldist-build-env VENV TARGET FLAVOUR REQUIREMENTS CONSTRAINTS``.
+#: The job's one task: ``bash -c BUILD_SCRIPT mldist-build-env VENV TARGET FLAVOUR REQUIREMENTS CONSTRAINTS
+#: WHEELHOUSE``.
 BUILD_SCRIPT = _TEMPLATE.replace("{sed}", " ".join(f"-e {q(p)}" for p in redaction_sed())).replace(
     "FREEZE", FREEZE_NAME
 )
@@ -85,6 +93,7 @@ class BuildRequest:
         gpu: install the ``[gpu]`` extra (TensorFlow with CUDA) instead of ``[cpu]``.
         requirements: an absolute path of a requirements file installed with mldist.
         constraints: an absolute path of a pip constraints file.
+        wheelhouse: an absolute directory of wheels the job installs from, with no package index.
 
     Example:
         >>> BuildRequest(venv="/w/tf", source="/src/mldist", gpu=True).flavour
@@ -96,12 +105,14 @@ class BuildRequest:
     gpu: bool = False
     requirements: str | None = None
     constraints: str | None = None
+    wheelhouse: str | None = None
 
     def __post_init__(self) -> None:
-        for what, value in (("--venv", self.venv), ("--requirements", self.requirements)):
+        paths = (("--venv", self.venv), ("--requirements", self.requirements), ("--wheelhouse", self.wheelhouse))
+        for what, value in paths:
             if value is not None and not value.startswith("/"):
                 raise ConfigError(f"{what} {value!r} must be an absolute path")
-        for what, value in (("--venv", self.venv), ("--source", self.source), ("--requirements", self.requirements)):
+        for what, value in (*paths, ("--source", self.source)):
             if value is not None and _CONTROL.search(value):
                 raise ConfigError(f"{what} {value!r} holds a control character (newline, tab, ...); refused")
         if not self.source.strip():
@@ -215,30 +226,20 @@ def build_command(req: BuildRequest) -> tuple[str, ...]:
 
     Example:
         >>> build_command(BuildRequest(venv="/w/tf", source="/src"))[3:]
-        ('mldist-build-env', '/w/tf', '/src[cpu]', 'cpu', '', '')
+        ('mldist-build-env', '/w/tf', '/src[cpu]', 'cpu', '', '', '')
     """
     target = install_target(req.source, req.flavour)
-    extra = (req.requirements or "", req.constraints or "")
+    extra = (req.requirements or "", req.constraints or "", req.wheelhouse or "")
     return ("bash", "-c", BUILD_SCRIPT, "mldist-build-env", req.venv.rstrip("/") or "/", target, req.flavour, *extra)
 
 
-def build_job(req: BuildRequest, **options: Any) -> JobSpec:
-    """The build job: one node, one task, running :func:`build_command`.
-
-    Args:
-        req: what to build.
-        options: other JobSpec fields (scheduler, modules, time, queue, account, output_dir, job_name, env, ...).
-
-    Example:
-        >>> build_job(BuildRequest(venv="/w/tf", source="mldist"), modules=("python/3.11",)).modules
-        ('python/3.11',)
-    """
-    for name in ("nodes", "tasks_per_node", "command"):
-        options.pop(name, None)
-    return JobSpec(command=build_command(req), nodes=1, tasks_per_node=1, **options)
-
-
-def follow_up(venv: str, modules: Sequence[str] = (), site: str | None = None, scheduler: str | None = None) -> str:
+def follow_up(
+    venv: str,
+    modules: Sequence[str] = (),
+    site: str | None = None,
+    scheduler: str | None = None,
+    module_purge: bool | None = None,
+) -> str:
     """The ``mldist submit`` line that uses the built venv (same modules: the venv's Python needs them).
 
     Args:
@@ -246,6 +247,7 @@ def follow_up(venv: str, modules: Sequence[str] = (), site: str | None = None, s
         modules: the modules the build loaded.
         site: the ``--site`` given, if any.
         scheduler: the ``--scheduler`` given, if any.
+        module_purge: the ``--module-purge`` or ``--no-module-purge`` given, if any.
 
     Example:
         >>> follow_up("/w/my tf", ["python/3.11"])
@@ -255,6 +257,7 @@ def follow_up(venv: str, modules: Sequence[str] = (), site: str | None = None, s
     words += ["--site", site] if site else []
     words += ["--scheduler", scheduler] if scheduler else []
     words += ["--venv", venv]
+    words += [] if module_purge is None else ["--module-purge" if module_purge else "--no-module-purge"]
     for module in modules:
         words += ["--module", module]
     return " ".join(q(w) for w in words) + " --nodes 2 -- python train.py"

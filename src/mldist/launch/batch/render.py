@@ -233,9 +233,11 @@ def render(s: JobSpec) -> str:
     lines = header(s, sched)
     # The save timer starts first, so module loads and the record do not eat into the grace period.
     lines += own_timer(s) if timer else []
-    lines += ["unset " + " ".join(s.unset)] if s.unset else []
     lines += [*module_lines(s), *source_lines(s), *activate_lines(s), *thread_lines(s), *env_lines(s)]
-    lines += [*LAUNCHERS[s.launcher_name].setup(s), *container_lines(s, word), *environment_record(s)]
+    lines += [*LAUNCHERS[s.launcher_name].setup(s), *container_lines(s, word)]
+    # After the image pull, which needs the proxies a profile unsets for the ranks' gRPC.
+    lines += ["unset " + " ".join(s.unset)] if s.unset else []
+    lines += environment_record(s)
     lines += launch_step(s)
     lines += ['kill "$watcher" 2>/dev/null'] if timer else []
     return "\n".join(lines + requeue_tail(s, sched))

@@ -7,7 +7,8 @@ modules (``module purge`` only when asked: on Cray systems it unloads the
 programming environment ``aprun`` and mpi4py need), then ``--env-source``
 files, the venv or conda environment, the thread plan, the ``--env`` values
 (after the modules, so ``${CUDA_PATH}`` is the module's), and last the
-container image, pulled once per job.
+container image, pulled once per job (a job-time pull comes before any ``unset``
+of the proxies: see ``render``).
 
 Example:
     >>> from mldist.launch.batch.spec import JobSpec
@@ -93,12 +94,22 @@ def activate_lines(s: JobSpec) -> list[str]:
     return []
 
 
+def sif_name(uri: str) -> str:
+    """The file name a pulled image is kept under (the job's pull and the login node's).
+
+    Example:
+        >>> sif_name("docker://tensorflow/tensorflow:2.16.1-gpu")
+        'tensorflow_tensorflow_2.16.1-gpu.sif'
+    """
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", uri.split("://", 1)[1]).strip("_") + ".sif"
+
+
 def image(s: JobSpec) -> str:
     """Where the SIF the ranks run is: the local path, or where a pulled image is kept."""
     assert s.container
     if not s.remote_image:
         return not_an_option(s.container)
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", s.container.split("://", 1)[1]).strip("_") + ".sif"
+    name = sif_name(s.container)
     return f"{s.container_cache.rstrip('/')}/{name}" if s.container_cache else f"$MLDIST_JOB_DIR/{name}"
 
 
