@@ -202,11 +202,6 @@ def _dtype(name: str) -> Any:
     return None
 
 
-def _dtype_name(dtype: Any) -> str:
-    """The name of a TensorFlow, Keras (a string) or numpy dtype: "float32"."""
-    return str(getattr(dtype, "name", dtype))
-
-
 def _is_spec(spec: object) -> bool:
     ok = isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], list) and all(map(_whole, spec[0]))
     return ok and isinstance(spec[1], str) and _dtype(spec[1]) is not None  # type: ignore[index]
@@ -359,7 +354,10 @@ class CheckpointManager:
         variables = {name: variables_of(obj) for name, obj in objects.items()}
         header, arrays = "", {}
         if ctx.is_chief:
-            model = {n: [[[*map(int, v.shape)], _dtype_name(v.dtype)] for v in vs] for n, vs in variables.items()}
+            model = {
+                n: [[[*map(int, v.shape)], str(getattr(v.dtype, "name", v.dtype))] for v in vs]
+                for n, vs in variables.items()
+            }
             try:
                 found = latest_valid(self.directory, model, self.check_extra)
             except CheckpointError as exc:
@@ -380,7 +378,7 @@ class CheckpointManager:
         if ctx.is_chief:
             values = [arrays[f"{name}.{i}"] for name in variables for i in range(len(variables[name]))]
         else:
-            values = [np.zeros(tuple(v.shape), _dtype(_dtype_name(v.dtype))) for v in flat]
+            values = [np.zeros(tuple(v.shape), _dtype(str(getattr(v.dtype, "name", v.dtype)))) for v in flat]
         if ctx.size > 1 and flat:
             values = [np.asarray(t) for t in broadcast(values, root=0)]
         for var, value in zip(flat, values, strict=True):

@@ -115,6 +115,9 @@ class JaxEngine:
 
         if gpu is None:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")  # type: ignore[no-untyped-call]
+        # JAX's preemption service catches SIGTERM and does nothing with it: mldist.preempt
+        # (save, then exit 75) or the default (end now) must see it.
+        jax.config.update("jax_enable_preemption_service", False)  # type: ignore[no-untyped-call]
         return gpu
 
     def start(self, tf: Any, placement: Placement) -> tuple[None, tuple[str, ...]]:

@@ -34,6 +34,9 @@ from .context import STATE, current
 NOTES = "MLDIST_NOTES"
 #: Exit codes that every rank takes together (so the rank waits for the others, as MPI_Finalize would).
 TOGETHER = (0, REQUEUE_CODE)
+#: Engines whose own exit handler waits for every rank (MPI_Finalize; jax.distributed's shutdown
+#: barrier): a rank leaving alone must not reach it, or it waits for peers blocked on it.
+WAIT_AT_EXIT = ("mpi", "jax")
 
 
 class _Stderr:
@@ -153,13 +156,13 @@ def ending_code() -> int | None:
 def at_exit() -> None:
     """``atexit`` (2+ workers): say how this rank leaves; on MPI, a code not taken together ends the group now.
 
-    Codes 0 and 75 (requeue) are what every rank does at the end; for them the MPI engine's own
-    exit handler, which runs next, waits for the others as MPI_Finalize would.
+    Codes 0 and 75 (requeue) are what every rank does at the end; for them the MPI and JAX
+    engines' own exit handlers, which run next, wait for the others as MPI_Finalize would.
     """
     ctx, code = current(), ending_code()
     if ctx is None or ctx.size == 1 or code is None or code in TOGETHER:
         return
     message = f"exited with code {code} (sys.exit)"
-    if STATE.engine is not None and STATE.engine.name == "mpi":
+    if STATE.engine is not None and STATE.engine.name in WAIT_AT_EXIT:
         leave(message, code)
     tell(error_line(message))

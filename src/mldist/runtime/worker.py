@@ -179,9 +179,9 @@ def init(
         return STATE.ctx
     comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
-    keras = backend.check_supported(_keras_backend())
     stall.collective_timeout(os.environ)  # a bad MLDIST_COLLECTIVE_TIMEOUT stops here, before any side effect
     sys.excepthook = failures.one_line_errors
+    keras = backend.check_supported(_keras_backend())
     leave.remember_stderr()
     watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
