@@ -107,7 +107,9 @@ def main() -> None:
     import keras
     import tensorflow as tf  # mldist.keras below loads on first use, after the data check
 
-    keras.utils.set_random_seed(args.seed + ctx.rank)  # BroadcastInitialState aligns the start
+    # One seed on every rank: Keras on JAX builds replicated weights that must start equal
+    # (on TensorFlow BroadcastInitialState would also align different starts).
+    keras.utils.set_random_seed(args.seed)
     train = mldist.data.shard(
         tf.data.Dataset.from_tensor_slices((x_train, y_train)),
         args.batch_size,

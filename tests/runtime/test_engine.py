@@ -100,9 +100,11 @@ def test_worker_mistakes_stop_before_training_with_a_clear_message(
     assert "Traceback" not in both
 
 
-def test_example_reaches_95_percent_with_two_workers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_example_reaches_95_percent_with_two_workers(tmp_path: Path, backend: str) -> None:
     example = ROOT / "examples" / "digits_cnn.py"
-    res = check(mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], timeout=300))
+    env = clean_env(KERAS_BACKEND=backend)
+    res = check(mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], env=env, timeout=300))
     r0, r1 = (json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1))
     assert (r0["size"], r1["rank"]) == (2, 1)
     assert r0["test_accuracy"] >= 0.95
