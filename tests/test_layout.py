@@ -17,7 +17,7 @@ MODULES = sorted(SRC.rglob("*.py"))
 
 #: Pipeline stages, first to last: a module may import its own stage and earlier ones only.
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "files"),
+    ("errors", "base"),
     ("placement",),
     ("launch",),
     ("runtime",),

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from . import runtime
+from .base.files import atomic_write
 from .errors import ConfigError
-from .files import atomic_write
 
 _STEPS = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 #: TensorFlow op types of its collectives, and the name a search should find them by.

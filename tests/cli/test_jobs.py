@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mldist.base.files import new_directory
 from mldist.cli import build_parser, main
 from mldist.cli.jobs import build_spec
 from mldist.errors import ConfigError
-from mldist.files import new_directory
 from mldist.launch.batch.records import load_record
 
 

@@ -34,8 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..base.files import atomic_write, fsync_dir
 from ..errors import CheckpointError
-from ..files import atomic_write, fsync_dir
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d+)$")

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..base.files import make_dirs
 from ..errors import ConfigError
-from ..files import make_dirs
 from .common import Handler, add_command, count, step_range
 
 BENCH_EXAMPLE = """\
@@ -153,7 +153,7 @@ def _run_dir(path: str | None, needed: bool) -> Path | None:
 
     Created (owner-only) before anything runs; each run gets a directory in it.
     """
-    from ..launch.rundir import default_run_dir, prepare_run_dir
+    from ..base.rundir import default_run_dir, prepare_run_dir
 
     if path is None and needed:
         path = str(default_run_dir(["bench"]))

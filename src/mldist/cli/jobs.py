@@ -19,8 +19,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..base.files import new_directory
 from ..errors import ConfigError
-from ..files import new_directory
 from ..launch.batch.images import PULL_MODES, plan_pull, pull_image
 from ..launch.batch.launchers import LAUNCHERS
 from ..launch.batch.records import PRIVATE_DIR, cancel, job_status, list_records, load_record, submit

@@ -26,8 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..base.files import make_dirs, replace_durably
 from ..errors import ConfigError, MldistError
-from ..files import make_dirs, replace_durably
 from .cache import expected_hashes, record_sha256, recorded_sha256, sha256_of
 from .table import Dataset, cache_dir, dataset
 

@@ -31,7 +31,7 @@ from ..placement.resources import thread_plan
 from .config import COMMUNICATIONS, MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
-from .procs import FORWARDED, STOPPING, cpu_sets, describe, die_with_parent, exit_code, free_ports, say, worker_env
+from .procs import FORWARDED, STOPPING, cpu_sets, describe, exit_code, say, worker_env
 from .remote import RemoteGroup
 from .rundir import Record
 
@@ -43,9 +43,7 @@ __all__ = [
     "NETWORKS",
     "RunConfig",
     "cpu_sets",
-    "die_with_parent",
     "ensure_descriptors",
-    "free_ports",
     "group_kind",
     "launch_plan",
     "prepare_log_dir",

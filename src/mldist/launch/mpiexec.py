@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ..base.procs import die_with_parent, free_ports
 from ..errors import LaunchError
 from .groups import Group
-from .procs import die_with_parent, free_ports
 
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
 _STALE = (

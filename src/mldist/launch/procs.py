@@ -1,8 +1,9 @@
-"""Process utilities of ``mldist run``: worker environments, ports, CPU sets, signals and exit reports.
+"""Process utilities of ``mldist run``: worker environments, CPU sets, signals and exit reports.
 
 Shared by the groups that start workers (:mod:`mldist.launch.groups`,
 :mod:`mldist.launch.mpiexec`), the per-rank shim and the supervisor
-(:mod:`mldist.launch.local`); this module starts nothing itself.
+(:mod:`mldist.launch.local`); this module starts nothing itself. Free ports and dying with
+the parent, which the tools need too, are in :mod:`mldist.base.procs`.
 
 Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
@@ -12,11 +13,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -26,30 +24,6 @@ from .config import RunConfig
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 #: Forwarded signals that mean "stop": the workers get the grace period and the group is not restarted.
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_PR_SET_PDEATHSIG = 1
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports that are free now (all held open while choosing).
-
-    Args:
-        n: how many ports.
-        host: the address they are free on.
-
-    Example:
-        >>> len(set(free_ports(3)))
-        3
-    """
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
@@ -142,17 +116,6 @@ def describe(rank: int, returncode: int) -> str:
         name = signal.Signals(-returncode).name
         return f"rank {rank} was killed by {name} (exit code {128 - returncode})"
     return f"rank {rank} exited with code {returncode}"
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (runs between fork and exec).
-
-    Example::
-
-        subprocess.Popen(argv, preexec_fn=die_with_parent)
-    """
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def say(message: str) -> None:

@@ -28,10 +28,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from ..base.procs import die_with_parent
 from ..errors import LaunchError
 from .groups import Group
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
-from .procs import die_with_parent, say
+from .procs import say
 from .remote_shim import TERM_AS
 
 #: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runtime
-from ..launch.rundir import METRICS_FILE, RUN_DIR_ENV, write_json
+from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, write_json
 from .bench import MODELS, BenchConfig, make_row
 
 

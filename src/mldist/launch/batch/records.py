@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.files import atomic_write, current_umask
 from ...errors import ConfigError, LaunchError
-from ...files import atomic_write, current_umask
 from .render import render
 from .schedulers import SCHEDULERS, JobStatus, parse_job_id, parse_status, scheduler
 from .spec import JobSpec
