@@ -21,7 +21,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("placement",),
     ("launch",),
     ("runtime",),
-    ("data", "datasets", "checkpoint", "preempt", "keras", "horovod", "profiling"),
+    ("data", "checkpoint", "preempt", "keras", "horovod", "profiling"),
     ("tools", "observe"),
     ("cli", "__main__"),
 )
@@ -143,7 +143,7 @@ def test_public_names_keep_their_paths() -> None:
 #: Every package folder: its modules and subpackages must not import each other in a circle.
 PACKAGES = sorted(p.parent for p in SRC.rglob("__init__.py"))
 #: Imports the circle test does not count. ``mldist.__version__`` lives in the facade, which imports
-#: checkpoint; checkpoint (and cli, datasets, launch) read it inside a function once the facade has
+#: checkpoint; checkpoint (and cli, data, launch) read it inside a function once the facade has
 #: loaded, as test_imports_run_one_way allows too. A leaf module for the version would end this circle.
 FACADE_READS = {("__version__",)}
 
