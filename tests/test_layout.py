@@ -21,7 +21,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("placement",),
     ("launch",),
     ("runtime",),
-    ("data", "checkpoint", "preempt", "keras", "horovod", "profiling"),
+    ("data", "checkpoint", "preempt", "keras", "horovod"),
     ("tools", "observe"),
     ("cli", "__main__"),
 )

@@ -2,8 +2,8 @@
 (leave), failure explanations (failures), the stalled-collective watch (stall),
 the engines behind one interface (engine; mpi_engine with mpi_exit, mpi_join and
 subsets, tf_engine),
-``init`` (worker), collectives and gradient averaging; private TensorFlow/Keras
-accesses live in compat.
+``init`` (worker), collectives and gradient averaging, and the timelines of chosen
+steps on every rank (profiling); private TensorFlow/Keras accesses live in compat.
 
 Example::
 
