@@ -88,6 +88,20 @@ def run_command(argv: list[str], timeout: float = 60, umask: int = -1) -> subpro
         raise LaunchError(f"{' '.join(argv)} did not answer within {timeout:g} s") from None
 
 
+def probe(argv: list[str]) -> str:
+    """What ``argv`` printed on both streams; '' if it cannot run or takes over 20 s (a scheduler probe).
+
+    Example:
+        >>> probe(["/no/such/program"])
+        ''
+    """
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout + res.stderr
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no message)"
