@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from ..errors import REQUEUE_CODE, ConfigError
 from ..placement import backend, engines
 from ..placement.resources import thread_plan
-from .config import COMMUNICATIONS, MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
+from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
 from .procs import FORWARDED, STOPPING, cpu_sets, describe, exit_code, say, worker_env
@@ -37,7 +37,6 @@ from .rundir import Record
 
 #: The supervisor's names and, re-exported, those of config and procs that callers import from here.
 __all__ = [
-    "COMMUNICATIONS",
     "FORWARDED",
     "MAX_WORKERS",
     "NETWORKS",

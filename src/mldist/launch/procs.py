@@ -18,6 +18,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+from ..base.rundir import RUN_DIR_ENV
 from .config import RunConfig
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
@@ -45,6 +46,26 @@ def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
     return [[cpus[i * len(cpus) // n]] for i in range(n)]
 
 
+def run_env(cfg: RunConfig, run_id: str, restart: int) -> dict[str, str]:
+    """What every worker of one start of the group gets, however it is started (directly, mpiexec, ssh).
+
+    Args:
+        cfg: the run configuration.
+        run_id: identifies this run (``MLDIST_RUN_ID``).
+        restart: how many times the group was restarted (``MLDIST_RESTART``).
+
+    Example:
+        >>> sorted(run_env(RunConfig(nprocs=2, command=("python", "t.py")), "r1", 0))
+        ['MLDIST_COMMUNICATION', 'MLDIST_RESTART', 'MLDIST_RUN_ID']
+    """
+    env = {"MLDIST_RUN_ID": run_id, "MLDIST_RESTART": str(restart), "MLDIST_COMMUNICATION": cfg.communication}
+    if cfg.profile_steps:
+        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
+    if cfg.run_dir:
+        env[RUN_DIR_ENV] = os.path.abspath(cfg.run_dir)
+    return env
+
+
 def worker_env(
     base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
 ) -> dict[str, str]:
@@ -64,24 +85,18 @@ def worker_env(
         '3'
     """
     env = dict(base)
-    for stale in ("TF_CONFIG", "MLDIST_RUN_DIR"):
+    for stale in ("TF_CONFIG", RUN_DIR_ENV):
         env.pop(stale, None)
+    env.update(run_env(cfg, run_id, restart))
     env.update(
-        MLDIST_COMMUNICATION=cfg.communication,
         MLDIST_RANK=str(rank),
         MLDIST_SIZE=str(cfg.nprocs),
         MLDIST_LOCAL_RANK=str(rank),
         MLDIST_LOCAL_SIZE=str(cfg.nprocs),
         MLDIST_NODE_RANK="0",
         MLDIST_WORKERS=",".join(workers),
-        MLDIST_RUN_ID=run_id,
-        MLDIST_RESTART=str(restart),
         MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
-    if cfg.profile_steps:
-        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
-    if cfg.run_dir:
-        env["MLDIST_RUN_DIR"] = os.path.abspath(cfg.run_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
