@@ -22,9 +22,17 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("launch",),
     ("runtime",),
     ("data", "checkpoint", "preempt", "keras", "horovod"),
-    ("tools", "observe"),
+    ("tools",),
     ("cli", "__main__"),
 )
+
+
+#: Training helpers and tools that start workers themselves (``hvd.run``, ``mldist bench``): they alone may
+#: import the launcher, inside the function that starts them. Everything else they need of the run
+#: directory or of processes is below the launcher, in mldist.base.
+STARTS_WORKERS = {("horovod", "runner"): "run", ("tools", "bench"): "run_workers"}
+#: The most entries src/mldist may have (modules and packages, __pycache__ not counted).
+MOST_TOP_LEVEL = 14
 
 
 def _stage(parts: tuple[str, ...]) -> int:
@@ -101,6 +109,42 @@ def test_imports_run_one_way(path: Path) -> None:
         if here == ("__init__",) or target == ("__init__",) or target[0] == "__version__":
             continue  # the facade re-exports; __version__ lives in it
         assert _stage(target) <= _stage(here), f"mldist.{'.'.join(here)} imports a later stage: {target}"
+
+
+def test_every_stage_names_what_is_there_and_the_top_level_stays_small() -> None:
+    top = {p.stem for p in SRC.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")}
+    named = {name for names in STAGES for name in names}
+    assert named <= top, f"STAGES names what src/mldist does not have: {sorted(named - top)}"
+    assert top - named <= {"__init__"}, f"in no stage: {sorted(top - named - {'__init__'})}"
+    assert len(top) <= MOST_TOP_LEVEL, f"src/mldist has {len(top)} entries: {sorted(top)}"
+
+
+def _launcher_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, enclosing function)`` of each import of mldist.launch in ``path`` ("" at module level)."""
+    tree = ast.parse(path.read_text())
+    within: dict[int, str] = {}  # node id -> the innermost function around it (walked outer first)
+    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        within |= {id(inner): func.name for stmt in func.body for inner in ast.walk(stmt)}
+    found = []
+    for node in ast.walk(tree):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if any(n == "launch" or n.startswith(("launch.", "mldist.launch")) for n in names):
+            found.append((node.lineno, within.get(id(node), "")))
+    return found
+
+
+HELPERS_AND_TOOLS = [p for p in MODULES if _parts(p)[0] in (*STAGES[4], *STAGES[5])]
+
+
+@pytest.mark.parametrize("path", HELPERS_AND_TOOLS, ids=[str(p.relative_to(SRC)) for p in HELPERS_AND_TOOLS])
+def test_training_helpers_and_tools_do_not_import_the_launcher(path: Path) -> None:
+    allowed = STARTS_WORKERS.get(_parts(path))
+    for line, function in _launcher_imports(path):
+        assert function and function == allowed, (
+            f"{path.relative_to(SRC)}:{line} imports mldist.launch; what the workers and tools share of the "
+            "run directory and processes is in mldist.base"
+        )
 
 
 @pytest.mark.parametrize("path", sorted((SRC / "placement").rglob("*.py")), ids=lambda p: p.name)
