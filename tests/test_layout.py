@@ -17,14 +17,22 @@ MODULES = sorted(SRC.rglob("*.py"))
 
 #: Pipeline stages, first to last: a module may import its own stage and earlier ones only.
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "files"),
+    ("errors", "base"),
     ("placement",),
     ("launch",),
     ("runtime",),
-    ("data", "datasets", "checkpoint", "preempt", "keras", "horovod", "profiling"),
-    ("tools", "observe"),
+    ("data", "checkpoint", "preempt", "keras", "horovod"),
+    ("tools",),
     ("cli", "__main__"),
 )
+
+
+#: Training helpers and tools that start workers themselves (``hvd.run``, ``mldist bench``): they alone may
+#: import the launcher, inside the function that starts them. Everything else they need of the run
+#: directory or of processes is below the launcher, in mldist.base.
+STARTS_WORKERS = {("horovod", "runner"): "run", ("tools", "bench"): "run_workers"}
+#: The most entries src/mldist may have (modules and packages, __pycache__ not counted).
+MOST_TOP_LEVEL = 14
 
 
 def _stage(parts: tuple[str, ...]) -> int:
@@ -103,6 +111,42 @@ def test_imports_run_one_way(path: Path) -> None:
         assert _stage(target) <= _stage(here), f"mldist.{'.'.join(here)} imports a later stage: {target}"
 
 
+def test_every_stage_names_what_is_there_and_the_top_level_stays_small() -> None:
+    top = {p.stem for p in SRC.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")}
+    named = {name for names in STAGES for name in names}
+    assert named <= top, f"STAGES names what src/mldist does not have: {sorted(named - top)}"
+    assert top - named <= {"__init__"}, f"in no stage: {sorted(top - named - {'__init__'})}"
+    assert len(top) <= MOST_TOP_LEVEL, f"src/mldist has {len(top)} entries: {sorted(top)}"
+
+
+def _launcher_imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, enclosing function)`` of each import of mldist.launch in ``path`` ("" at module level)."""
+    tree = ast.parse(path.read_text())
+    within: dict[int, str] = {}  # node id -> the innermost function around it (walked outer first)
+    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        within |= {id(inner): func.name for stmt in func.body for inner in ast.walk(stmt)}
+    found = []
+    for node in ast.walk(tree):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if any(n == "launch" or n.startswith(("launch.", "mldist.launch")) for n in names):
+            found.append((node.lineno, within.get(id(node), "")))
+    return found
+
+
+HELPERS_AND_TOOLS = [p for p in MODULES if _parts(p)[0] in (*STAGES[4], *STAGES[5])]
+
+
+@pytest.mark.parametrize("path", HELPERS_AND_TOOLS, ids=[str(p.relative_to(SRC)) for p in HELPERS_AND_TOOLS])
+def test_training_helpers_and_tools_do_not_import_the_launcher(path: Path) -> None:
+    allowed = STARTS_WORKERS.get(_parts(path))
+    for line, function in _launcher_imports(path):
+        assert function and function == allowed, (
+            f"{path.relative_to(SRC)}:{line} imports mldist.launch; what the workers and tools share of the "
+            "run directory and processes is in mldist.base"
+        )
+
+
 @pytest.mark.parametrize("path", sorted((SRC / "placement").rglob("*.py")), ids=lambda p: p.name)
 def test_placement_is_free_of_tensorflow_and_mpi(path: Path) -> None:
     assert not _third_party(path) & {"tensorflow", "keras", "tf_keras", "mpi4py", "numpy"}
@@ -143,7 +187,7 @@ def test_public_names_keep_their_paths() -> None:
 #: Every package folder: its modules and subpackages must not import each other in a circle.
 PACKAGES = sorted(p.parent for p in SRC.rglob("__init__.py"))
 #: Imports the circle test does not count. ``mldist.__version__`` lives in the facade, which imports
-#: checkpoint; checkpoint (and cli, datasets, launch) read it inside a function once the facade has
+#: checkpoint; checkpoint (and cli, data, launch) read it inside a function once the facade has
 #: loaded, as test_imports_run_one_way allows too. A leaf module for the version would end this circle.
 FACADE_READS = {("__version__",)}
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import ROOT, clean_env
 from mldist.cli import build_parser, main
 from mldist.cli.buildenv import build_plan
-from mldist.cli.jobs import build_spec as submit_spec
+from mldist.launch.batch.build import build_spec as submit_spec
 from mldist.launch.batch.buildenv import (
     BUILD_SCRIPT,
     BuildRequest,
@@ -111,7 +111,7 @@ def test_the_build_job_takes_the_whole_profile_as_submit_does(tmp_path: Path) ->
     # The same directives and environment as the training job on one GPU (submit's own code).
     parser = build_parser()[0]
     words = [*common, "--gpus-per-node", "1", "--time", "1:00:00", "--job-name", "mldist-build-env", "--", "true"]
-    submitted = render(submit_spec(parser.parse_args(["submit", *words]), ["true"]))
+    submitted = render(submit_spec(vars(parser.parse_args(["submit", *words])), ["true"]))
     before_launch = "\n".join(gpu).split("\nsrun ", 1)[0]
     assert before_launch == submitted.split("\nsrun ", 1)[0] and len(before_launch.splitlines()) > 30
     cpu = _script_lines("--venv", str(tmp_path / "v"), *common)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mldist.base.files import new_directory
 from mldist.cli import build_parser, main
-from mldist.cli.jobs import build_spec
 from mldist.errors import ConfigError
-from mldist.files import new_directory
+from mldist.launch.batch.build import build_spec
 from mldist.launch.batch.records import load_record
 
 
@@ -24,7 +24,7 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_cli_options_override_the_site_and_env_merges(tmp_path: Path) -> None:
     args = _args("--site", "polaris", "--nodes", "3", "--env", "NCCL_NET=Socket", "--env", "A=1",
                  "--output-dir", str(tmp_path), "--", "python", "t.py")  # fmt: skip
-    spec = build_spec(args, ["python", "t.py"])
+    spec = build_spec(vars(args), ["python", "t.py"])
     env = dict(spec.env)
     assert (spec.scheduler, spec.nodes, spec.tasks, spec.gpus_per_node) == ("pbs", 3, 4, 4)
     assert env["NCCL_NET"] == "Socket" and env["A"] == "1" and env["NCCL_CROSS_NIC"] == "1"
@@ -34,7 +34,7 @@ def test_cli_options_override_the_site_and_env_merges(tmp_path: Path) -> None:
 def test_a_missing_venv_is_named(tmp_path: Path) -> None:
     args = _args("--scheduler", "slurm", "--venv", str(tmp_path / "nope"), "--", "x")
     with pytest.raises(ConfigError, match="has no bin/activate"):
-        build_spec(args, ["x"])
+        build_spec(vars(args), ["x"])
 
 
 def test_two_submissions_in_the_same_second_get_their_own_directories(

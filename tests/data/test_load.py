@@ -9,7 +9,7 @@ import pytest
 from fakedata import cifar_tar, fashion_files, mnist_arrays, mnist_npz, write
 
 import mldist.data
-from mldist.datasets import DATASETS, cache_dir, load
+from mldist.data.datasets import DATASETS, cache_dir, load
 from mldist.errors import ConfigError
 
 

@@ -13,17 +13,10 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, check, clean_env, mldist
+from mldist.base.rundir import default_run_dir, run_dir_name, run_name
 from mldist.launch.groups import pump
 from mldist.launch.local import RunConfig, worker_env
-from mldist.launch.rundir import (
-    config_record,
-    default_run_dir,
-    merge_reports,
-    run_dir_name,
-    run_name,
-    shell_code,
-    status_of,
-)
+from mldist.launch.rundir import config_record, merge_reports, shell_code, status_of
 
 # A worker that prints on both streams and reports like mldist.keras.RunLog does.
 REPORTER = (

@@ -122,5 +122,5 @@ def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.Monk
     placement = Placement(rank=1, size=2, local_rank=1, local_size=2, launcher="tf_config")
     decision, _ = decide_here(placement, "ring", has_gpu=False, env={})
     assert decision == Decision("nccl", "spy") and spy.calls[-1]["rank"] == 1
-    assert _engine({}, placement, has_gpu=False)["choice"] == "nccl"
+    assert _engine({}, placement, has_gpu=False, keras="tensorflow")["choice"] == "nccl"
     assert len(spy.calls) == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, ROOT, check, clean_env, mldist, results, run_py
-from mldist.launch.groups import STARTUP_NOISE
+from mldist.base.procs import STARTUP_NOISE
 
 pytestmark = pytest.mark.slow
 

@@ -20,15 +20,8 @@ import numpy as np
 import pytest
 
 from helpers import BACKEND_ENGINES, PY, WORKERS, check, engine_launch, mldist
-from mldist.checkpoint import (
-    MANIFEST,
-    STATE,
-    CheckpointManager,
-    checkpoints,
-    latest_valid,
-    read_checkpoint,
-    write_checkpoint,
-)
+from mldist.checkpoint import CheckpointManager
+from mldist.checkpoint.format import MANIFEST, STATE, checkpoints, latest_valid, read_checkpoint, write_checkpoint
 from mldist.errors import CheckpointError
 
 WORKER = str(WORKERS / "resume.py")

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mldist.checkpoint import MANIFEST, STATE, CheckpointManager, read_checkpoint
+from mldist.checkpoint import CheckpointManager
+from mldist.checkpoint.format import MANIFEST, STATE, read_checkpoint
 from mldist.errors import CheckpointError
 
 # Other tests ran TF ops in this process before the in-process mldist.init().

@@ -1,8 +1,9 @@
 """The ``mldist`` command line (also ``python -m mldist``): argparse only.
 
 One module per command group registers its subcommands (``run``: run, env;
-``jobs``: submit, status, cancel, logs; ``tools``: doctor). Bad input gets one clear line on
-stderr and exit code 2, never a traceback.
+``jobs``: submit, status, cancel, logs; ``buildenv``: build-env; ``tools``: doctor;
+``bench``: bench; ``observe``: tensorboard; ``data``: data); ``common`` holds the shared
+parser pieces. Bad input gets one clear line on stderr and exit code 2, never a traceback.
 
 Example:
     $ mldist run -n 2 -- python train.py

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..base.files import make_dirs
 from ..errors import ConfigError
-from ..files import make_dirs
 from .common import Handler, add_command, count, step_range
 
 BENCH_EXAMPLE = """\
@@ -125,7 +125,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if row is not None:
             print(bench.format_row(row), flush=True)
             if args.profile_steps:
-                from ..profiling import trace_dir
+                from ..runtime.profiling import trace_dir
                 from ..tools.steptime import with_breakdown
 
                 row = with_breakdown(row, trace_dir(os.environ) / "merged.trace.json.gz")
@@ -153,7 +153,7 @@ def _run_dir(path: str | None, needed: bool) -> Path | None:
 
     Created (owner-only) before anything runs; each run gets a directory in it.
     """
-    from ..launch.rundir import default_run_dir, prepare_run_dir
+    from ..base.rundir import default_run_dir, prepare_run_dir
 
     if path is None and needed:
         path = str(default_run_dir(["bench"]))

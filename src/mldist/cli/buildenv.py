@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..launch.batch.build import build_spec
 from ..launch.batch.buildenv import (
     FREEZE_NAME,
     BuildRequest,
@@ -39,7 +40,7 @@ from ..launch.batch.wheelhouse import (
     wheelhouse_source,
 )
 from .common import Handler, add_command
-from .jobs import add_job_options, build_spec
+from .jobs import add_job_options
 
 EXAMPLE = """\
 example:
@@ -186,7 +187,7 @@ def build_plan(args: argparse.Namespace, now: float | None = None) -> BuildPlan:
     wanted = wheelhouse_source(source) if house else source
     req = BuildRequest(str(venv), wanted, args.gpu, requirements, constraints_of(source), house)
     gpus = args.gpus_per_node if args.gpus_per_node is not None else int(args.gpu)
-    spec = build_spec(args, build_command(req), now, fixed={**BUILD_FIXED, "gpus_per_node": gpus})
+    spec = build_spec(vars(args), build_command(req), now, fixed={**BUILD_FIXED, "gpus_per_node": gpus})
     if house is None:
         return BuildPlan(spec, req, source)
     # The nodes' Python: given, else the one a python/3.X module (the profile's too) names.

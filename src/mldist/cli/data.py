@@ -88,8 +88,8 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
-    from ..datasets import ENV_CACHE, cache_dir, dataset, fetch
-    from ..datasets.fetch import megabytes
+    from ..data.datasets import ENV_CACHE, cache_dir, dataset, fetch
+    from ..data.datasets.fetch import megabytes
 
     ds = dataset(args.name)
     root = cache_dir(args.cache)
@@ -107,8 +107,8 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ..datasets import cache_dir, cached
-    from ..datasets.fetch import megabytes
+    from ..data.datasets import cache_dir, cached
+    from ..data.datasets.fetch import megabytes
 
     root = cache_dir(args.cache)
     rows = cached(root, verify=args.verify)

@@ -10,24 +10,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-import shlex
 import shutil
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from ..base.files import new_directory
 from ..errors import ConfigError
-from ..files import new_directory
+from ..launch.batch.build import build_spec
 from ..launch.batch.images import PULL_MODES, plan_pull, pull_image
 from ..launch.batch.launchers import LAUNCHERS
 from ..launch.batch.records import PRIVATE_DIR, cancel, job_status, list_records, load_record, submit
 from ..launch.batch.render import render
-from ..launch.batch.schedulers import SCHEDULERS, detect_scheduler
-from ..launch.batch.sites import site_profile
-from ..launch.batch.spec import GPU_REQUESTS, JobSpec
+from ..launch.batch.schedulers import SCHEDULERS
+from ..launch.batch.spec import GPU_REQUESTS
 from .common import MAX_SECONDS, Handler, add_command, command_after_dashes, count
 
 SUBMIT_EXAMPLE = """\
@@ -221,135 +218,11 @@ def _add_follow_up(sub: Any) -> None:
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
 
 
-def _probe(argv: list[str]) -> str:
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return res.stdout + res.stderr
-
-
-_LISTS = ("modules", "binds", "directives", "env_source", "container_args")
-_INT_OPTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "cores_per_node")
-_STR_OPTS: tuple[str, ...] = (
-    "time",
-    "dependency",
-    "array",
-    "account",
-    "constraint",
-    "queue",
-    "job_name",
-    "requeue",
-    "mem",
-)
-_STR_OPTS += ("mem_per_cpu", "launcher", "srun_mpi", "network_interface", "gpu_request", "module_purge")
-#: The mldist package that submits: bound into a container that has none.
-MLDIST_PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def _words(flag: str, text: str | None) -> tuple[str, ...]:
-    """A --wrap or --container-args value split as a shell would split it (quotes group)."""
-    if text is None:
-        return ()
-    try:
-        return tuple(shlex.split(text))
-    except ValueError as exc:
-        raise ConfigError(f"{flag} {text!r} cannot be split into words: {exc}") from None
-
-
-def _local_path(value: str) -> str:
-    return str(Path(value).expanduser().absolute()) if "://" not in value else value
-
-
-def build_spec(
-    args: argparse.Namespace,
-    command: Sequence[str],
-    now: float | None = None,
-    notes: list[str] | None = None,
-    fixed: Mapping[str, Any] | None = None,
-) -> JobSpec:
-    """The JobSpec from CLI options over a site profile over defaults (``submit``'s and ``build-env``'s).
-
-    A dry run (``args.dry_run``) needs no scheduler here (it renders for Slurm) and only warns
-    about missing local files; a submission stops at them.
-
-    Args:
-        args: the parsed options (those a command leaves out count as not given).
-        command: each task's argv.
-        now: the time stamped into the default output directory (default: now).
-        notes: collects the dry run's one-line notes (default: printed to stderr at once).
-        fixed: fields set whatever the profile and options say (``build-env``: one task, no venv).
-
-    Example:
-        spec = build_spec(args, ["python", "train.py"], notes=notes)
-    """
-    opts: dict[str, Any] = dict(site_profile(args.site)) if args.site else {}
-    env = dict(opts.pop("env", {}))
-    partitions = opts.pop("partitions", {})
-    for key in (*_INT_OPTS, *_STR_OPTS):
-        if getattr(args, key, None) is not None:
-            opts[key] = getattr(args, key)
-    opts.update(fixed or {})
-    if opts.get("queue") is None and partitions:
-        opts["queue"] = partitions.get("gpu" if opts.get("gpus_per_node") else "cpu")
-    for key in _LISTS:
-        opts[key] = tuple(opts.get(key, ())) + tuple(getattr(args, key, None) or ())
-    opts["container_args"] += _words("--container-args", getattr(args, "container_args_text", None))
-    if getattr(args, "wrap", None) is not None:
-        opts["wrap"] = _words("--wrap", args.wrap)
-    opts["wrap"] = tuple(opts.get("wrap", ()))
-    env.update(dict(args.env or ()))
-    opts["env"] = tuple(env.items())
-    opts["unset"] = tuple(dict.fromkeys([*opts.get("unset", ()), *(getattr(args, "unset", None) or ())]))
-    say = notes.append if notes is not None else (lambda text: print(text, file=sys.stderr))
-    opts["scheduler"] = args.scheduler or opts.get("scheduler") or _detect(args, say)
-    _paths(args, opts, say)
-    name = opts.get("job_name", "mldist")
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    out = args.output_dir or f"mldist-jobs/{name}-{stamp}"
-    opts["output_dir"] = str(Path(out).expanduser().absolute())
-    return JobSpec(command=tuple(command), **opts)
-
-
-def _detect(args: argparse.Namespace, say: Callable[[str], None]) -> str:
-    """This machine's scheduler; for a dry run without one, Slurm (said in one line)."""
-    try:
-        return detect_scheduler(shutil.which, _probe)
-    except ConfigError:
-        if not getattr(args, "dry_run", False):
-            raise
-    say("mldist submit: note: no scheduler found here; the dry run renders for slurm (or give --scheduler pbs|cobalt)")
-    return "slurm"
-
-
-def _paths(args: argparse.Namespace, opts: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Absolute paths for --venv, --container and friends; the files a job needs must exist.
-
-    A dry run only warns about a missing one (it may be rendered on another machine).
-    """
-    for key in ("venv", "container", "container_cache"):
-        value = getattr(args, key, None)
-        if value is not None:
-            opts[key] = _local_path(value)
-    if getattr(args, "conda", None) is not None:
-        opts["conda"] = args.conda
-    sources = tuple(_local_path(f) for f in opts["env_source"])
-    opts["env_source"] = sources
-    absent = [path for path in sources if not Path(path).is_file()]
-    missing = [f"--env-source {path!r} is not a file; give the setup script's path" for path in absent]
-    if opts.get("venv") and not (Path(opts["venv"]) / "bin" / "activate").is_file():
-        missing.insert(0, f"--venv {opts['venv']!r} has no bin/activate; create it (mldist build-env) or fix the path")
-    if missing and not getattr(args, "dry_run", False):
-        raise ConfigError(missing[0])
-    for text in missing:
-        say(f"mldist submit: warning: {text} (a dry run goes on; submitting stops here)")
-    if opts.get("container"):
-        opts["mldist_path"] = str(MLDIST_PACKAGE)
-
-
 def _cmd_submit(args: argparse.Namespace) -> int:
     notes: list[str] = []
-    spec = build_spec(args, command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"), notes=notes)
+    spec = build_spec(
+        vars(args), command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"), notes=notes
+    )
     render(spec)  # every refusal comes before anything is created or noted: one error line only
     for note in notes:
         print(note, file=sys.stderr)

@@ -235,8 +235,8 @@ def _horovodrun_env(args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from ..base.rundir import default_run_dir
     from ..launch.local import RunConfig, run
-    from ..launch.rundir import default_run_dir
 
     nprocs, hosts = _placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..runtime import compat
 from . import basics
 from .common.exceptions import HorovodInternalError, HostsUpdatedInterrupt

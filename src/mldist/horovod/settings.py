@@ -26,9 +26,9 @@ from typing import Any
 
 from .. import runtime
 from ..errors import ConfigError
-from ..profiling import Recording
 from ..runtime.collectives import DEFAULT_BUCKET_BYTES
 from ..runtime.leave import ending_code
+from ..runtime.profiling import Recording
 
 #: Variables Horovod reads that change nothing here (mldist fuses per step and has its own stall watch).
 NO_EFFECT = (

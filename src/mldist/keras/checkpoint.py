@@ -17,9 +17,9 @@ from typing import Any
 import keras
 
 from .. import data, preempt, runtime
+from ..base.files import replace_durably
 from ..checkpoint import CheckpointManager
 from ..errors import ConfigError
-from ..files import replace_durably
 from ..runtime import allreduce, compat
 
 

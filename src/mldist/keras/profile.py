@@ -1,4 +1,4 @@
-"""``ProfileSteps``: the timeline of chosen training steps on every rank (``mldist.profiling``).
+"""``ProfileSteps``: the timeline of chosen training steps on every rank (``mldist.runtime.profiling``).
 
 In ``default_callbacks()``; it does nothing unless ``MLDIST_PROFILE_STEPS`` is set
 (``mldist run --profile-steps A:B``). Steps count train batches across epochs, from 0.
@@ -14,7 +14,7 @@ from typing import Any
 
 import keras
 
-from ..profiling import StepProfiler, trace_dir
+from ..runtime.profiling import StepProfiler, trace_dir
 
 
 class ProfileSteps(keras.callbacks.Callback):  # type: ignore[misc]

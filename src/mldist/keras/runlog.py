@@ -46,8 +46,8 @@ from typing import Any
 import keras
 
 from .. import runtime
-from ..files import atomic_write
-from ..launch.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
+from ..base.files import atomic_write
+from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
 
 #: ``run_dir`` value that follows ``$MLDIST_RUN_DIR`` (or makes a default directory on rank 0).
 AUTO = "auto"

@@ -1,2 +1,9 @@
 """Starting workers: ``local`` runs N processes on this host (``mldist run``),
-``batch`` writes and follows scheduler jobs (``mldist submit``)."""
+``batch`` writes and follows scheduler jobs (``mldist submit``).
+
+Bottom up: ``config`` (RunConfig), ``procs`` (worker environments, CPU sets, exit
+reports), ``groups`` (workers started directly), ``mpiexec`` and ``shim`` (under
+mpiexec), ``remote`` and ``remote_shim`` (other hosts, ``-H``), ``netns`` (a private
+network), ``rundir`` (config.json and summary.json) and ``local`` (the supervisor).
+What the workers and tools share with the launcher is below it, in :mod:`mldist.base`.
+"""

@@ -22,9 +22,8 @@ import resource
 from dataclasses import dataclass
 
 from ..errors import ConfigError, LaunchError
+from ..placement.engines import COMMUNICATIONS
 
-#: The values of ``--communication``: the workers' collective engine.
-COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
 #: The values of ``--network``: where directly started workers' servers listen.
 NETWORKS = ("auto", "private", "host")
 #: The most workers ``mldist run`` starts on one host.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,10 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
+from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
 from ..placement.resources import cpu_probe
 from .netns import PrivateNetwork
-from .procs import cpu_sets, die_with_parent, first_failure, free_ports, say, worker_env
+from .procs import cpu_sets, first_failure, say, worker_env
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -47,15 +47,6 @@ class Worker(Protocol):
 
     def poll(self) -> int | None:
         """None while running; else the exit code (negative: killed by that signal)."""
-
-
-#: TensorFlow's start-up notices, printed by every rank (some twice): shown only with ``--verbose``.
-STARTUP_NOISE = re.compile(
-    rb"oneDNN custom operations are on|All log messages before absl::InitializeLog\(\) is called"
-    rb"|cpu_feature_guard\.cc|To enable the following instructions:|rebuild TensorFlow with the appropriate"
-    rb"|Unable to register cu(DNN|FFT|BLAS) factory|computation placer already registered"
-    rb"|oneDNN supports DT_HALF only|TF-TRT Warning|Could not find cuda drivers|port\.cc:\d+\] oneDNN"
-)
 
 
 def pump(

@@ -28,24 +28,21 @@ from collections.abc import Mapping
 from ..errors import REQUEUE_CODE, ConfigError
 from ..placement import backend, engines
 from ..placement.resources import thread_plan
-from .config import COMMUNICATIONS, MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
+from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
-from .procs import FORWARDED, STOPPING, cpu_sets, describe, die_with_parent, exit_code, free_ports, say, worker_env
+from .procs import FORWARDED, STOPPING, cpu_sets, describe, exit_code, say, worker_env
 from .remote import RemoteGroup
 from .rundir import Record
 
 #: The supervisor's names and, re-exported, those of config and procs that callers import from here.
 __all__ = [
-    "COMMUNICATIONS",
     "FORWARDED",
     "MAX_WORKERS",
     "NETWORKS",
     "RunConfig",
     "cpu_sets",
-    "die_with_parent",
     "ensure_descriptors",
-    "free_ports",
     "group_kind",
     "launch_plan",
     "prepare_log_dir",

@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ..base.procs import die_with_parent, free_ports
 from ..errors import LaunchError
 from .groups import Group
-from .procs import die_with_parent, free_ports
+from .procs import run_env
 
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
 _STALE = (
@@ -141,18 +142,12 @@ class MpiexecGroup(Group):
         self.run_dir = Path(tempfile.mkdtemp(prefix="mldist-run-"))
 
         extra = {
-            "MLDIST_RUN_ID": self.run_id,
-            "MLDIST_RESTART": str(self.restart),
-            "MLDIST_COMMUNICATION": cfg.communication,
+            **run_env(cfg, self.run_id, self.restart),
             "MLDIST_LAUNCHER_PID": str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
             **self.launch_env(),
         }
-        if cfg.profile_steps:
-            extra["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
-        if cfg.run_dir:
-            extra["MLDIST_RUN_DIR"] = os.path.abspath(cfg.run_dir)
         if sets := self.cpu_sets():
             extra["MLDIST_CPU_SETS"] = ";".join(",".join(map(str, s)) for s in sets)
         if cfg.log_dir:

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from .procs import die_with_parent
+from ..base.procs import die_with_parent
 
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _READY_SECONDS = 10.0

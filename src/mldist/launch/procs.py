@@ -1,8 +1,9 @@
-"""Process utilities of ``mldist run``: worker environments, ports, CPU sets, signals and exit reports.
+"""Process utilities of ``mldist run``: worker environments, CPU sets, signals and exit reports.
 
 Shared by the groups that start workers (:mod:`mldist.launch.groups`,
 :mod:`mldist.launch.mpiexec`), the per-rank shim and the supervisor
-(:mod:`mldist.launch.local`); this module starts nothing itself.
+(:mod:`mldist.launch.local`); this module starts nothing itself. Free ports and dying with
+the parent, which the tools need too, are in :mod:`mldist.base.procs`.
 
 Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
@@ -12,44 +13,18 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 
+from ..base.rundir import RUN_DIR_ENV
 from .config import RunConfig
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 #: Forwarded signals that mean "stop": the workers get the grace period and the group is not restarted.
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_PR_SET_PDEATHSIG = 1
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports that are free now (all held open while choosing).
-
-    Args:
-        n: how many ports.
-        host: the address they are free on.
-
-    Example:
-        >>> len(set(free_ports(3)))
-        3
-    """
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
@@ -71,6 +46,26 @@ def cpu_sets(cpus: Sequence[int], n: int) -> list[list[int]]:
     return [[cpus[i * len(cpus) // n]] for i in range(n)]
 
 
+def run_env(cfg: RunConfig, run_id: str, restart: int) -> dict[str, str]:
+    """What every worker of one start of the group gets, however it is started (directly, mpiexec, ssh).
+
+    Args:
+        cfg: the run configuration.
+        run_id: identifies this run (``MLDIST_RUN_ID``).
+        restart: how many times the group was restarted (``MLDIST_RESTART``).
+
+    Example:
+        >>> sorted(run_env(RunConfig(nprocs=2, command=("python", "t.py")), "r1", 0))
+        ['MLDIST_COMMUNICATION', 'MLDIST_RESTART', 'MLDIST_RUN_ID']
+    """
+    env = {"MLDIST_RUN_ID": run_id, "MLDIST_RESTART": str(restart), "MLDIST_COMMUNICATION": cfg.communication}
+    if cfg.profile_steps:
+        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
+    if cfg.run_dir:
+        env[RUN_DIR_ENV] = os.path.abspath(cfg.run_dir)
+    return env
+
+
 def worker_env(
     base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
 ) -> dict[str, str]:
@@ -90,24 +85,18 @@ def worker_env(
         '3'
     """
     env = dict(base)
-    for stale in ("TF_CONFIG", "MLDIST_RUN_DIR"):
+    for stale in ("TF_CONFIG", RUN_DIR_ENV):
         env.pop(stale, None)
+    env.update(run_env(cfg, run_id, restart))
     env.update(
-        MLDIST_COMMUNICATION=cfg.communication,
         MLDIST_RANK=str(rank),
         MLDIST_SIZE=str(cfg.nprocs),
         MLDIST_LOCAL_RANK=str(rank),
         MLDIST_LOCAL_SIZE=str(cfg.nprocs),
         MLDIST_NODE_RANK="0",
         MLDIST_WORKERS=",".join(workers),
-        MLDIST_RUN_ID=run_id,
-        MLDIST_RESTART=str(restart),
         MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
-    if cfg.profile_steps:
-        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
-    if cfg.run_dir:
-        env["MLDIST_RUN_DIR"] = os.path.abspath(cfg.run_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -142,17 +131,6 @@ def describe(rank: int, returncode: int) -> str:
         name = signal.Signals(-returncode).name
         return f"rank {rank} was killed by {name} (exit code {128 - returncode})"
     return f"rank {rank} exited with code {returncode}"
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (runs between fork and exec).
-
-    Example::
-
-        subprocess.Popen(argv, preexec_fn=die_with_parent)
-    """
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def say(message: str) -> None:

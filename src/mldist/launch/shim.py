@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..files import atomic_write
+from ..base.files import atomic_write
+from ..base.procs import die_with_parent
 from ..placement import detect
-from .procs import FORWARDED, die_with_parent
+from .procs import FORWARDED
 
 #: The launcher passes per-rank CPU sets (``--cpu-bind cores``) as "0,1;2,3".
 CPU_SETS = "MLDIST_CPU_SETS"

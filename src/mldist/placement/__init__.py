@@ -1,8 +1,10 @@
 """Who am I and where are the others: pure functions of an environment mapping.
 
-``detect`` reads the launcher's variables into a ``Placement``; ``cluster``
-turns it into every rank's address; ``resources`` plans threads, GPUs and
-proxies. Nothing here imports TensorFlow or changes the process.
+``detect`` reads the launcher's variables into a ``Placement`` (``hostlist``
+expands Slurm-style host lists); ``cluster`` turns it into every rank's address;
+``resources`` plans threads, GPUs and proxies; ``engines`` decides the collective
+engine and ``backend`` the Keras backend. Nothing here imports TensorFlow or
+changes the process.
 
 Example:
     >>> from mldist.placement import detect

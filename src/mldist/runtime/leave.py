@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from ..base.files import atomic_write
 from ..errors import REQUEUE_CODE
-from ..files import atomic_write
 from .context import STATE, current
 
 #: The launcher's private directory for each rank's last words (``note-R``).

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..base.files import atomic_write
 from ..errors import ConfigError
-from ..files import atomic_write
 
 
 def say(message: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runtime
-from ..launch.rundir import METRICS_FILE, RUN_DIR_ENV, write_json
+from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, write_json
 from .bench import MODELS, BenchConfig, make_row
 
 
@@ -88,11 +88,11 @@ def _step_function(tf: Any, model: Any, opt: Any, data: Any, target: Any) -> Any
 
 
 def _profiled(step: Any) -> Any:
-    """``step`` recorded by :class:`mldist.profiling.StepProfiler` when ``MLDIST_PROFILE_STEPS`` is set.
+    """``step`` recorded by :class:`mldist.runtime.profiling.StepProfiler` when ``MLDIST_PROFILE_STEPS`` is set.
 
     Steps count every call from 0: the first (building) step and the warm-up included.
     """
-    from ..profiling import StepProfiler
+    from ..runtime.profiling import StepProfiler
 
     profiler = StepProfiler.from_env()
     if profiler is None:

@@ -152,7 +152,7 @@ def check_files(env: Mapping[str, str]) -> list[Result]:
 
 def check_datasets(env: Mapping[str, str]) -> list[Result]:
     """Which datasets the cache holds (compute nodes often have no internet to fetch them)."""
-    from ..datasets import DATASETS, cache_dir, status
+    from ..data.datasets import DATASETS, cache_dir, status
 
     root = cache_dir(env.get("MLDIST_DATA_DIR") or None)
     states = {name: status(ds, root).status for name, ds in DATASETS.items()}

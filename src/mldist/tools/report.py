@@ -26,8 +26,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..base.procs import STARTUP_NOISE
 from ..errors import MldistError
-from ..launch.groups import STARTUP_NOISE
 from ..placement import Placement, backend, build_cluster_spec, detect
 from ..placement.engines import requested_engine
 from ..placement.resources import (

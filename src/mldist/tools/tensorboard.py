@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ..base.procs import die_with_parent, free_ports
 from ..errors import ConfigError, LaunchError
-from ..launch.local import die_with_parent, free_ports
 
 #: Where TensorBoard listens: never on a public interface (it has no authentication).
 LOOPBACK = "127.0.0.1"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import TESTS, clean_env, cmdlines
+from mldist.launch.batch.launchers import launcher_name
 from mldist.launch.batch.render import RANK_WRAPPER, render
 from mldist.launch.batch.spec import JobSpec
 
@@ -393,13 +394,13 @@ def fake_venv(venv: Path) -> Path:
 
 def rank_launches(job: Job) -> list[list[str]]:
     """argv of the launcher calls that start the ranks (not aprun's one-rank core count probe)."""
-    return [a for a in job.argvs(PROG_OF[job.spec.launcher_name]) if "mldist-rank" in a]
+    return [a for a in job.argvs(PROG_OF[launcher_name(job.spec)]) if "mldist-rank" in a]
 
 
 def check_job_ran(job: Job, launch: list[str], container: list[str], command: tuple[str, ...] = CMD) -> None:
     """What every successful run must show: one launch, each task once with its rank, logs, the record."""
     s = job.spec
-    sched, prog = s.scheduler, PROG_OF[s.launcher_name]
+    sched, prog = s.scheduler, PROG_OF[launcher_name(s)]
     assert job.returncode == 0, job.explain()
     assert job.stdout.splitlines()[-1] == "mldist: job step ended with exit code 0"
     assert job.leftovers == []
@@ -411,14 +412,14 @@ def check_job_ran(job: Job, launch: list[str], container: list[str], command: tu
     tasks = job.calls(command[0])
     assert len(tasks) == s.total_tasks
     assert all(t["argv"] == list(command[1:]) for t in tasks)
-    assert sorted(int(t["env"][RANK_OF[s.launcher_name]]) for t in tasks) == list(range(s.total_tasks))
-    assert {t["env"][SIZE_OF[s.launcher_name]] for t in tasks} == {str(s.total_tasks)}
+    assert sorted(int(t["env"][RANK_OF[launcher_name(s)]]) for t in tasks) == list(range(s.total_tasks))
+    assert {t["env"][SIZE_OF[launcher_name(s)]] for t in tasks} == {str(s.total_tasks)}
 
     logs = sorted(p.name for p in job.taskdir.glob("rank-*.log"))
     assert logs == sorted(f"rank-{r}.log" for r in range(s.total_tasks))
     for r in range(s.total_tasks):
         seen = json.loads((job.taskdir / f"rank-{r}.log").read_text().splitlines()[-1])
-        assert seen["env"][RANK_OF[s.launcher_name]] == str(r)
+        assert seen["env"][RANK_OF[launcher_name(s)]] == str(r)
 
     _, job_id = JOB_ID[sched]
     record = job.taskdir / f"environment-{job_id}.txt"

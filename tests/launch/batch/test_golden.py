@@ -34,8 +34,8 @@ import pytest
 from helpers import TESTS
 from mldist.cli import build_parser
 from mldist.cli.common import command_after_dashes
-from mldist.cli.jobs import build_spec
-from mldist.launch.batch.launchers import LAUNCHERS
+from mldist.launch.batch.build import build_spec
+from mldist.launch.batch.launchers import LAUNCHERS, launcher_name
 from mldist.launch.batch.render import render
 from mldist.launch.batch.sites import BUILTIN
 from mldist.launch.batch.spec import JobSpec
@@ -134,7 +134,7 @@ def submit_spec(*words: str) -> JobSpec:
     """The JobSpec of ``mldist submit WORDS`` (the real parser and build_spec, nothing submitted)."""
     parser, _ = build_parser()
     args = parser.parse_args(["submit", *words])
-    return build_spec(args, command_after_dashes(args.cmd, "python train.py"), now=NOW)
+    return build_spec(vars(args), command_after_dashes(args.cmd, "python train.py"), now=NOW)
 
 
 def site_words(name: str) -> list[str]:
@@ -190,7 +190,7 @@ def test_every_scheduler_site_and_launcher_has_a_golden_script() -> None:
     from mldist.launch.batch.schedulers import SCHEDULERS
 
     assert sorted(SPECS) == sorted(SCHEDULERS)
-    assert {s.launcher_name for s in LAUNCHER_SPECS.values()} == set(LAUNCHERS)
+    assert {launcher_name(s) for s in LAUNCHER_SPECS.values()} == set(LAUNCHERS)
     want = {*SPECS, *(f"site-{n}" for n in BUILTIN), *(f"launcher-{n}" for n in LAUNCHER_SPECS)}
     assert sorted(p.stem for p in GOLDEN.glob("*.sh")) == sorted(want)
 

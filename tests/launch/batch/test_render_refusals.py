@@ -49,6 +49,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"time": "soon"}, repr("soon")),
     ({"time": "0"}, repr("0")),
     ({"scheduler": "lsf"}, repr("lsf")),
+    ({"launcher": "mpirun"}, repr("mpirun")),
     ({"command": ("python", "a\0b")}, repr("a\0b")),
     ({"modules": ("gcc\0",)}, repr("gcc\0")),
     ({"nodes": 0}, "--nodes 0"),

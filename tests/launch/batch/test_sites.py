@@ -9,8 +9,9 @@ import pytest
 
 from mldist.cli import build_parser
 from mldist.cli.common import command_after_dashes
-from mldist.cli.jobs import build_spec
 from mldist.errors import ConfigError
+from mldist.launch.batch.build import build_spec
+from mldist.launch.batch.launchers import launcher_name
 from mldist.launch.batch.render import render
 from mldist.launch.batch.sites import BUILTIN, load_sites, site_profile
 from mldist.launch.batch.spec import JobSpec
@@ -128,7 +129,7 @@ def spec(*words: str) -> JobSpec:
     """The JobSpec of ``mldist submit WORDS -- python train.py`` (nothing submitted)."""
     parser, _ = build_parser()
     args = parser.parse_args(["submit", *words, "--output-dir", "/scratch/u/run", "--", "python", "train.py"])
-    return build_spec(args, command_after_dashes(args.cmd, "python train.py"), now=0.0)
+    return build_spec(vars(args), command_after_dashes(args.cmd, "python train.py"), now=0.0)
 
 
 @pytest.fixture
@@ -212,7 +213,7 @@ def test_well_typed_new_options_load_and_reach_the_spec(tmp_path: Path, monkeypa
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.chdir(tmp_path)
     s = spec("--site", "x", "--nodes", "2", "--tasks-per-node", "4")
-    assert (s.launcher_name, s.threads, s.module_purge, s.env_source) == ("hydra", 32, True, (str(vars_sh),))
+    assert (launcher_name(s), s.threads, s.module_purge, s.env_source) == ("hydra", 32, True, (str(vars_sh),))
     assert s.wrap == ("perf", "record", "-o", "{job_dir}/perf-{rank}", "--")
     assert spec("--site", "x", "--no-module-purge").module_purge is False
     assert spec("--site", "x", "--wrap", "nsys profile --").wrap == ("nsys", "profile", "--")  # replaces

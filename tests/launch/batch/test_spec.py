@@ -28,3 +28,22 @@ def test_the_network_between_nodes_is_exported_for_mpi_and_nccl() -> None:
     assert "_if_include" not in render(JobSpec(command=("python", "t.py"), nodes=2))
     with pytest.raises(ConfigError, match="--network-interface 'ib0; id'"):
         JobSpec(command=("python",), network_interface="ib0; id")
+
+
+def test_the_spec_is_the_bottom_type_and_the_table_checks_come_above_it() -> None:
+    import ast
+    from pathlib import Path
+
+    from mldist.errors import ConfigError
+    from mldist.launch.batch import spec
+    from mldist.launch.batch.checks import check
+
+    tree = ast.parse(Path(spec.__file__).read_text())
+    local = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1}
+    assert local == {"expand"}, "spec.py may import the shell-word parser only: the tables take a JobSpec"
+    unchecked = spec.JobSpec(command=("python",), scheduler="lsf", launcher="mpirun")  # the tables are not asked
+    with pytest.raises(ConfigError, match="--launcher 'mpirun' is not one of srun, aprun"):
+        check(unchecked)
+    with pytest.raises(ConfigError, match="--scheduler 'lsf' is not one of slurm"):
+        check(spec.JobSpec(command=("python",), scheduler="lsf"))
+    assert check(spec.JobSpec(command=("python",), launcher="hydra")).launcher == "hydra"

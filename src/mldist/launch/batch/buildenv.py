@@ -8,7 +8,7 @@ centre guides' ``venv_build.job``: load the modules, ``python3 -m venv``, upgrad
 pip, install mldist with the right TensorFlow, check the imports, record ``pip freeze``.
 
 The job's directives, modules and environment come from ``mldist submit``'s own
-options and profile handling (``cli.jobs.build_spec``), with one task.
+options and profile handling (:func:`mldist.launch.batch.build.build_spec`), with one task.
 
 Example:
     >>> build_command(BuildRequest(venv="/w/tf", source="mldist==0.1.0"))[4:7]

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.files import fsync_dir, make_dirs
 from ...errors import ConfigError, LaunchError
-from ...files import fsync_dir, make_dirs
 from .software import sif_name
 from .spec import JobSpec
 

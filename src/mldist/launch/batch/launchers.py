@@ -231,9 +231,20 @@ LAUNCHERS: dict[str, Launcher] = {
 }
 
 
+def launcher_name(s: JobSpec) -> str:
+    """The launcher that starts the ranks: ``s.launcher``, else the scheduler's own.
+
+    Example:
+        >>> from mldist.launch.batch.spec import JobSpec
+        >>> launcher_name(JobSpec(command=("x",), scheduler="cobalt")), launcher_name(JobSpec(command=("x",)))
+        ('aprun', 'srun')
+    """
+    return s.launcher or scheduler(s.scheduler).launcher
+
+
 def launch_argv(s: JobSpec) -> list[str]:
     """The launch line's words before the rank command."""
-    return LAUNCHERS[s.launcher_name].argv(plan(s, scheduler(s.scheduler).nodefile))
+    return LAUNCHERS[launcher_name(s)].argv(plan(s, scheduler(s.scheduler).nodefile))
 
 
 # Physical cores x hyperthreads ($1), within the CPUs this job may use on the node (nproc).
@@ -245,7 +256,7 @@ _MEASURE = (
 
 def thread_lines(s: JobSpec) -> list[str]:
     """Script lines that export ``OMP_NUM_THREADS`` and ``MLDIST_CPUS_PER_TASK`` (and cores per rank)."""
-    launcher = LAUNCHERS[s.launcher_name]
+    launcher = LAUNCHERS[launcher_name(s)]
     t = s.threads
     if t:
         return [f"export OMP_NUM_THREADS={t} MLDIST_CPUS_PER_TASK={t}"]

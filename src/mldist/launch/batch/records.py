@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.files import atomic_write, current_umask
 from ...errors import ConfigError, LaunchError
-from ...files import atomic_write, current_umask
 from .render import render
 from .schedulers import SCHEDULERS, JobStatus, parse_job_id, parse_status, scheduler
 from .spec import JobSpec
@@ -86,6 +86,20 @@ def run_command(argv: list[str], timeout: float = 60, umask: int = -1) -> subpro
         raise ConfigError(f"{argv[0]!r} is not on PATH: is this a login node of the cluster?") from None
     except subprocess.TimeoutExpired:
         raise LaunchError(f"{' '.join(argv)} did not answer within {timeout:g} s") from None
+
+
+def probe(argv: list[str]) -> str:
+    """What ``argv`` printed on both streams; '' if it cannot run or takes over 20 s (a scheduler probe).
+
+    Example:
+        >>> probe(["/no/such/program"])
+        ''
+    """
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout + res.stderr
 
 
 def _last_line(text: str) -> str:

@@ -25,7 +25,8 @@ import shlex
 
 from ...errors import REQUEUE_CODE
 from ...placement.resources import REDACTED, SECRET_SUFFIXES, SECRET_WORDS
-from .launchers import LAUNCHERS, Raw, Shell, launch_argv, thread_lines
+from .checks import check
+from .launchers import LAUNCHERS, Raw, Shell, launch_argv, launcher_name, thread_lines
 from .schedulers import Scheduler, scheduler
 from .software import activate_lines, container_lines, container_prefix, env_lines, module_lines, source_lines
 from .spec import JobSpec
@@ -223,18 +224,18 @@ def requeue_tail(s: JobSpec, sched: Scheduler) -> list[str]:
 
 
 def render(s: JobSpec) -> str:
-    """The complete batch script for ``s.scheduler``.
+    """The complete batch script for ``s.scheduler`` (after the checks of :func:`.checks.check`).
 
     Args:
         s: the job.
     """
-    sched = scheduler(s.scheduler)
+    sched = scheduler(check(s).scheduler)
     timer = bool(s.requeue and sched.own_timer and s.time_seconds)
     lines = header(s, sched)
     # The save timer starts first, so module loads and the record do not eat into the grace period.
     lines += own_timer(s) if timer else []
     lines += [*module_lines(s), *source_lines(s), *activate_lines(s), *thread_lines(s), *env_lines(s)]
-    lines += [*LAUNCHERS[s.launcher_name].setup(s), *container_lines(s, word)]
+    lines += [*LAUNCHERS[launcher_name(s)].setup(s), *container_lines(s, word)]
     # After the image pull, which needs the proxies a profile unsets for the ranks' gRPC.
     lines += ["unset " + " ".join(s.unset)] if s.unset else []
     lines += environment_record(s)

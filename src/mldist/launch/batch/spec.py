@@ -1,4 +1,9 @@
-"""What a batch job asks for: one validated, frozen ``JobSpec``.
+"""What a batch job asks for: one validated, frozen ``JobSpec``, the bottom type of launch/batch.
+
+It imports no other part of launch/batch but the shell-word parser (expand): the
+schedulers, launchers and the script take a ``JobSpec``, and the checks that need
+their tables (a known scheduler and launcher, an output directory its directives
+can carry) are in :mod:`.checks`, which ``build_spec`` and ``render`` run.
 
 Values that end up in scheduler directives (``#SBATCH``, ``#PBS``, ``#COBALT``)
 are checked against strict patterns: directives are parsed by the scheduler,
@@ -19,9 +24,6 @@ from dataclasses import dataclass, fields
 
 from ...errors import ConfigError
 from .expand import pieces
-from .launchers import LAUNCHERS
-from .schedulers import scheduler
-from .schedulers.base import hms as hms  # re-exported: it lived here, and callers may import it from here
 
 # Matched with fullmatch: a trailing newline must not pass (it would end a directive line).
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
@@ -173,11 +175,6 @@ class JobSpec:
         return None
 
     @property
-    def launcher_name(self) -> str:
-        """The launcher that starts the ranks: ``launcher``, else the scheduler's own."""
-        return self.launcher or scheduler(self.scheduler).launcher
-
-    @property
     def remote_image(self) -> bool:
         """True when ``container`` is an image to pull (``docker://``, ``library://``, ...)."""
         return bool(self.container and URI.fullmatch(self.container))
@@ -191,14 +188,6 @@ class JobSpec:
 def _check(value: str | None, pattern: re.Pattern[str], what: str, hint: str) -> None:
     if value is not None and not pattern.fullmatch(value):
         raise ConfigError(f"{what} {value!r} is refused: {hint}")
-
-
-def _directive_path(path: str, name: str) -> None:
-    found = [c for c in scheduler(name).path_forbidden if c in path]
-    if found:
-        raise ConfigError(
-            f"--output-dir {path!r} has {found[0]!r}, which {name} directives cannot carry; choose a plainer path"
-        )
 
 
 def _validate(s: JobSpec) -> None:
@@ -240,7 +229,6 @@ def _validate(s: JobSpec) -> None:
     for d in s.directives:
         if any(c in d for c in "\n\r\0"):
             raise ConfigError(f"--directive {d!r} is refused: directives are one line each")
-    _directive_path(s.output_dir, s.scheduler)
     for key, _ in s.env:
         if not _ENV_KEY.fullmatch(key):
             raise ConfigError(f"--env {key!r} is not a variable name (letters, digits, _)")
@@ -261,9 +249,7 @@ def _validate(s: JobSpec) -> None:
 
 
 def _validate_recipe(s: JobSpec) -> None:
-    """The launcher, GPU request, --wrap placeholders, container image and job-time --env values."""
-    if s.launcher is not None and s.launcher not in LAUNCHERS:
-        raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    """The network, GPU request, --wrap placeholders, container image and job-time --env values."""
     if s.network_interface is not None and not INTERFACE.fullmatch(s.network_interface):
         raise ConfigError(
             f"--network-interface {s.network_interface!r}: give an interface or address/CIDR (ib0, 10.1.0.0/16)"

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base.files import atomic_write_with, fsync_dir, make_dirs
 from ...errors import ConfigError, LaunchError
-from ...files import atomic_write_with, fsync_dir, make_dirs
 
 if sys.version_info >= (3, 11):
     import tomllib

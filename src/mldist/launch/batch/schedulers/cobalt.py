@@ -29,7 +29,7 @@ def directives(s: JobSpec) -> list[Row]:
     for value, name in ((s.array, "--array"), (s.mem, "--mem"), (s.mem_per_cpu, "--mem-per-cpu")):
         if value:
             raise ConfigError(f"{name} is not supported by Cobalt")
-    if s.gpus_per_node and s.launcher_name == "aprun":
+    if s.gpus_per_node and (s.launcher or COBALT.launcher) == "aprun":
         raise ConfigError("--gpus-per-node with Cobalt needs --launcher openmpi (ThetaGPU); aprun nodes have no GPUs")
     return [
         ("-n", str(s.nodes)),

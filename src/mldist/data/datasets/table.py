@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 #: Keras's public mirror of MNIST and Fashion-MNIST (the files ``keras.datasets`` downloads).
 KERAS_MIRROR = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/"

@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import runtime
-from .errors import ConfigError
-from .files import atomic_write
+from ..base.files import atomic_write
+from ..errors import ConfigError
+from . import collectives, worker
 
 _STEPS = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 #: TensorFlow op types of its collectives, and the name a search should find them by.
@@ -87,7 +87,7 @@ def _category(name: str, line: str) -> str:
 
 def xspace_events(path: Path, rank: int, shift_us: float) -> list[dict[str, Any]]:
     """Chrome trace events of one rank's XSpace file (host plane), moved by ``shift_us``."""
-    from .runtime import compat
+    from . import compat
 
     space = compat.read_xspace(path)
     events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}}]
@@ -137,7 +137,7 @@ class Recording:
     def _barrier(self) -> None:
         import tensorflow as tf
 
-        runtime.allreduce(tf.zeros([1]), "sum")
+        collectives.allreduce(tf.zeros([1]), "sum")
 
     def start(self) -> None:
         """Start recording on this rank, after a barrier every rank shares."""
@@ -145,7 +145,7 @@ class Recording:
 
         self._barrier()
         after_barrier = time.time_ns()
-        tf.profiler.experimental.start(str(self.out_dir / f"raw-rank-{runtime.rank()}"))
+        tf.profiler.experimental.start(str(self.out_dir / f"raw-rank-{worker.rank()}"))
         # The profile's time 0 is its start: place it where this rank left the barrier.
         self.shift_us = (time.time_ns() - after_barrier) / 1e3
 
@@ -155,12 +155,12 @@ class Recording:
 
         self._barrier()  # no rank still has a collective in flight while tracing stops
         tf.profiler.experimental.stop()
-        rank = runtime.rank()
+        rank = worker.rank()
         raw = sorted((self.out_dir / f"raw-rank-{rank}").rglob("*.xplane.pb"))
         _write_trace(self.out_dir / f"rank-{rank}.trace.json.gz", xspace_events(raw[-1], rank, self.shift_us))
         self._barrier()  # every rank's file is written
         if rank == 0:
-            ranks = [self.out_dir / f"rank-{r}.trace.json.gz" for r in range(runtime.size())]
+            ranks = [self.out_dir / f"rank-{r}.trace.json.gz" for r in range(worker.size())]
             merge_traces(ranks, self.merged)
 
 

@@ -1,22 +1,18 @@
-"""Checkpoints that survive preemption: atomic, checksummed, rank 0 writes, rank 0 reads.
+"""The on-disk checkpoint format: write, list, read and verify ``ckpt-<step>`` directories.
 
 A checkpoint is a directory ``ckpt-<step>`` holding ``state.npz`` (every
 variable of the saved objects) and ``manifest.json`` (step, extra state such
 as epoch and data positions, versions, shapes, and the size and SHA-256 of
 ``state.npz``). It is written under a temporary name, fsynced and renamed, so
-a checkpoint either exists whole or not at all. On restore rank 0 picks the
-newest checkpoint that passes its checks and fits the variables (a damaged or
-hostile one is named in a one-line warning and skipped: reading never follows a
-symbolic link, blocks or unpickles) and broadcasts it to the other ranks.
+a checkpoint either exists whole or not at all. Reading checks everything before
+trusting it: a damaged or hostile checkpoint is refused with a one-line reason
+(reading never follows a symbolic link, blocks or unpickles). Nothing here
+imports TensorFlow or talks to other ranks (that is :mod:`.manager`).
 
 Example::
 
-    mgr = mldist.CheckpointManager("ckpt", keep=3)
-    step = mgr.restore(model=model, optimizer=optimizer)   # 0 when there is none
-    for step in range(step + 1, 1001):
-        train_step()
-        if step % 100 == 0:
-            mgr.save(step, model=model, optimizer=optimizer)
+    path = write_checkpoint(Path("ckpt"), 100, {"w.0": np.zeros(3)}, {"extra": {}})
+    manifest, arrays = read_checkpoint(path)
 """
 
 from __future__ import annotations
@@ -38,10 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import runtime
-from .errors import CheckpointError
-from .files import atomic_write, fsync_dir
-from .runtime import broadcast
+from ..base.files import atomic_write, fsync_dir
+from ..errors import CheckpointError
 
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d+)$")
@@ -58,25 +52,9 @@ class ModelMismatch(CheckpointError):
     """A sound checkpoint of other variables than the ones to restore (the model changed)."""
 
 
-def variables_of(obj: Any) -> list[Any]:
-    """The variables to save for ``obj``: a tf.Variable, a list of them, or anything with ``.variables``.
-
-    Args:
-        obj: a Keras model, optimizer or layer, a ``tf.Module``, a variable or a list of variables.
-    """
-    if hasattr(obj, "assign") and hasattr(obj, "dtype"):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [v for o in obj for v in variables_of(o)]
-    if hasattr(obj, "variables"):
-        found = obj.variables
-        return list(found() if callable(found) else found)
-    raise CheckpointError(f"cannot checkpoint {type(obj).__name__}: pass a model, optimizer, module or variables")
-
-
 def versions() -> dict[str, str]:
     """Versions recorded in every manifest."""
-    from . import __version__
+    from .. import __version__
 
     out = {"mldist": __version__, "python": sys.version.split()[0]}
     for name in ("tensorflow", "keras"):
@@ -292,109 +270,3 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, room: int, dec
     with archive.open(info) as member:
         array = fmt.read_array(member, allow_pickle=False)
     return array.view(want) if void else array
-
-
-class CheckpointManager:
-    """Save and restore training state; rank 0 writes and reads, every rank gets the state.
-
-    Args:
-        directory: where ``ckpt-<step>`` directories go (only rank 0 needs it).
-        keep: how many of the newest checkpoints to keep (older ones are deleted).
-        check_extra: on restore, what is wrong with a candidate's ``extra`` (None: nothing); a
-            checkpoint with a fault is skipped as damaged.
-
-    Example::
-
-        mgr = mldist.CheckpointManager("ckpt", keep=3)
-        start = mgr.restore(model=model, optimizer=opt)
-        mgr.save(step, model=model, optimizer=opt)
-    """
-
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 3, check_extra: ExtraCheck | None = None) -> None:
-        if keep < 1:
-            raise CheckpointError(f"keep={keep}: keep at least 1 checkpoint")
-        self.directory = Path(directory)
-        self.keep = keep
-        self.check_extra = check_extra
-        #: The ``extra`` dict of the checkpoint last restored (empty if none).
-        self.restored_extra: dict[str, Any] = {}
-
-    def save(self, step: int, *, extra: dict[str, Any] | None = None, **objects: Any) -> Path | None:
-        """Save ``objects`` as checkpoint ``step`` (rank 0 writes; other ranks return None).
-
-        Args:
-            step: the step number (names the checkpoint; restore returns it).
-            extra: JSON-able state to keep with it (epoch, data positions, ...).
-            objects: name -> model, optimizer, module or variables.
-        """
-        ctx = runtime.init()
-        if not ctx.is_chief:
-            return None
-        arrays: dict[str, Any] = {}
-        shapes: dict[str, list[list[Any]]] = {}
-        for name, obj in objects.items():
-            values = [v.numpy() for v in variables_of(obj)]
-            shapes[name] = [[list(a.shape), str(a.dtype)] for a in values]
-            arrays.update({f"{name}.{i}": a for i, a in enumerate(values)})
-        manifest = {"extra": extra or {}, "objects": shapes, "size": ctx.size, "versions": versions()}
-        path = write_checkpoint(self.directory, step, arrays, manifest)
-        for _old_step, old in checkpoints(self.directory)[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return path
-
-    def restore(self, **objects: Any) -> int:
-        """Load the newest valid checkpoint into ``objects`` on every rank; its step, or 0 if none.
-
-        Args:
-            objects: the same names as given to :meth:`save`.
-        """
-        import numpy as np
-
-        ctx = runtime.init()
-        variables = {name: variables_of(obj) for name, obj in objects.items()}
-        header, arrays = "", {}
-        if ctx.is_chief:
-            model = {
-                n: [[[*map(int, v.shape)], str(getattr(v.dtype, "name", v.dtype))] for v in vs]
-                for n, vs in variables.items()
-            }
-            try:
-                found = latest_valid(self.directory, model, self.check_extra)
-            except CheckpointError as exc:
-                found, header = None, json.dumps({"error": str(exc)})  # every rank raises it, none waits forever
-            if found is not None:
-                header, arrays = json.dumps({"step": found[0]["step"], "extra": found[0]["extra"]}), found[1]
-            elif not header and checkpoints(self.directory):
-                _warn(f"no usable checkpoint in {self.directory}; starting from step 0")
-        if ctx.size > 1:
-            header = _broadcast_text(header)
-        if not header:
-            self.restored_extra = {}
-            return 0
-        info = json.loads(header)
-        if "error" in info:
-            raise CheckpointError(info["error"])
-        flat = [v for name in variables for v in variables[name]]
-        if ctx.is_chief:
-            values = [arrays[f"{name}.{i}"] for name in variables for i in range(len(variables[name]))]
-        else:
-            values = [np.zeros(tuple(v.shape), _dtype(str(getattr(v.dtype, "name", v.dtype)))) for v in flat]
-        if ctx.size > 1 and flat:
-            values = [np.asarray(t) for t in broadcast(values, root=0)]
-        for var, value in zip(flat, values, strict=True):
-            var.assign(value)
-        self.restored_extra = info["extra"]
-        return int(info["step"])
-
-
-def _broadcast_text(text: str) -> str:
-    """Rank 0's ``text`` on every rank (length first, then the bytes as int32)."""
-    import numpy as np
-
-    data = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)
-    n = int(broadcast(np.array(len(data), np.int64), root=0))
-    mine = data if runtime.is_chief() else np.zeros(n, np.int32)
-    if n == 0:
-        return ""
-    got = np.asarray(broadcast(mine, root=0))
-    return bytes(got.astype(np.uint8).tolist()).decode()

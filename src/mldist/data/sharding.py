@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import runtime
-from .datasets import load as load  # mldist.data.load("mnist"): what `mldist data fetch` cached
-from .errors import ConfigError
-from .runtime import allreduce
+from .. import runtime
+from ..errors import ConfigError
+from ..runtime import allreduce
 
 
 def equal_steps(counts: Sequence[int], batch_size: int) -> int:

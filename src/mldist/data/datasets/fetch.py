@@ -26,8 +26,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import ConfigError, MldistError
-from ..files import make_dirs, replace_durably
+from ...base.files import make_dirs, replace_durably
+from ...errors import ConfigError, MldistError
 from .cache import expected_hashes, record_sha256, recorded_sha256, sha256_of
 from .table import Dataset, cache_dir, dataset
 
@@ -111,7 +111,7 @@ def base_url(ds: Dataset, mirror: str | None) -> str:
 
 def _open(url: str, start: int, timeout: float) -> Any:
     """The response to a GET of ``url`` from byte ``start``; None if the server has nothing after it."""
-    from .. import __version__
+    from ... import __version__
 
     request = urllib.request.Request(url, headers={"User-Agent": f"mldist/{__version__}"})
     if start:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..files import atomic_write
+from ...base.files import atomic_write
+from ...errors import ConfigError
 from .table import DATASETS, MANIFEST, SHA256, Dataset
 
 

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
