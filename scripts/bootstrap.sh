@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create or update .venv with mldist (editable), TensorFlow for CPUs, TensorFlow Probability
-# (examples/bayesian_tfp.py and its test) and the dev tools.
+# Create or update .venv with mldist (editable), TensorFlow for CPUs, JAX for CPUs (Keras 3 on
+# JAX and its tests), TensorFlow Probability (examples/bayesian_tfp.py and its test) and the dev tools.
 # Idempotent: a second run with unchanged inputs only checks and returns.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +18,7 @@ fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 echo "bootstrap: installing mldist and its dependencies into .venv (about a minute)" >&2
 # Some machines list local mirrors that may be absent; pip's warnings about them are noise.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[cpu,dev,tfp]" \
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[cpu,jax,dev,tfp]" \
   2> >(grep -v "is neither a file nor a directory" >&2)
 # Legacy Keras 2 for TF_USE_LEGACY_KERAS=1 users and for tfp.layers: --no-deps, because tf-keras's
 # metadata pulls the full (CUDA) tensorflow wheel next to tensorflow-cpu.
