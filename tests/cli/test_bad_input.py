@@ -42,6 +42,7 @@ CASES: list[tuple[str, list[str], str]] = [
         [*SUBMIT, "--scheduler", "pbs", "--array", "0-3", "--requeue", "--time", "9", "--", "true"],
         "--requeue with --array on PBS",
     ),
+    ("submit-backend-unknown", [*SUBMIT, "--backend", "torch", "--", "true"], "invalid choice: 'torch'"),
     ("submit-container-pull-unknown", [*SUBMIT, "--container-pull", "later", "--", "true"], "invalid choice: 'later'"),
     ("submit-module-two-words", [*SUBMIT, "--module", "cuda 12", "--", "true"], "is not a module name"),
     ("status-empty-id", ["status", ""], "is not a job id"),

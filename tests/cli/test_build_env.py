@@ -133,6 +133,26 @@ def test_the_build_job_takes_submit_s_options(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_site_files")
+@pytest.mark.parametrize(("gpu", "extra"), [((), "jax"), (("--gpu",), "jax-cuda")])
+def test_backend_jax_installs_the_jax_extra_and_checks_jax_imports(
+    tmp_path: Path, gpu: tuple[str, ...], extra: str
+) -> None:
+    script = "\n".join(_script_lines("--venv", str(tmp_path / "v"), "--backend", "jax", *gpu, "--scheduler", "slurm"))
+    assert f"[{extra}]' {extra} " in script
+    assert 'jax*) check="$check, jax"' in script
+    assert "[cpu]" not in script and "[gpu]" not in script
+
+
+def test_submit_backend_jax_sets_keras_backend_in_every_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["submit", "--scheduler", "slurm", "--dry-run", "--backend", "jax", "--launcher", "openmpi", "--", "t"]
+    args = build_parser()[0].parse_args(argv)
+    script = render(submit_spec(vars(args), ["python", "t.py"]))
+    assert "export KERAS_BACKEND=jax" in script.splitlines()
+    assert "KERAS_BACKEND; do" in script  # Open MPI's -x list forwards it to remote ranks
+
+
+@pytest.mark.usefixtures("no_site_files")
 def test_the_build_job_keeps_the_proxies_and_activates_nothing(tmp_path: Path) -> None:
     (tmp_path / "mldist-sites.toml").write_text(
         '[sites.mine]\nextends = "apptainer-slurm"\nvenv = "/nonexistent/tf"\nnodes = 4\ntasks_per_node = 4\n'
@@ -199,6 +219,7 @@ def test_an_existing_venv_or_empty_directory_is_accepted(tmp_path: Path, capsys:
 
 
 BAD = [
+    (["--backend", "torch"], "invalid choice: 'torch'"),
     (["--requirements", "{tmp}/missing.txt"], "is not a file"),
     (["--venv", "{tmp}/a-file"], "exists and is not a directory"),
     (["--venv", "{tmp}/full"], "non-empty directory but not a venv"),

@@ -48,6 +48,7 @@ example:
   mldist build-env --venv ~/venvs/tf-gpu --gpu --site saga --account MYPROJ --requirements requirements.txt
   mldist build-env --venv /proj/venvs/tf --module python/3.11 --wheelhouse /proj/wheels   # nodes without internet
   mldist build-env --venv ~/venvs/tf --dry-run          # print the job script only
+  mldist build-env --venv ~/venvs/jax --backend jax     # Keras 3 on JAX: the [jax] extra ([jax-cuda] with --gpu)
 
 The job (one node, one task, --time 1:00:00 unless given) loads the modules, creates the venv
 with python3 -m venv (an existing venv is updated), upgrades pip, installs mldist with TensorFlow
@@ -102,6 +103,10 @@ def register(sub: Any) -> dict[str, Handler]:
     p.add_argument("--venv", required=True, dest="build_venv", metavar="VENV", help="the venv to create or update")
     p.add_argument("--requirements", help="a requirements file installed with mldist")
     p.add_argument("--gpu", action="store_true", help="TensorFlow with CUDA (the [gpu] extra), not [cpu]")
+    p.add_argument(
+        "--backend", choices=("tensorflow", "jax"), default="tensorflow",
+        help="Keras's backend: jax installs the [jax] extra ([jax-cuda] with --gpu); default tensorflow",
+    )  # fmt: skip
     p.add_argument("--source", help="where mldist comes from: a directory, a wheel or a requirement")
     p.add_argument("--wheelhouse", help="download every wheel here first; the job installs from it offline")
     p.add_argument("--python-version", type=_python_version, help="the nodes' Python for --wheelhouse, e.g. 3.11")
@@ -185,7 +190,7 @@ def build_plan(args: argparse.Namespace, now: float | None = None) -> BuildPlan:
         requirements = str(path)
     source, house = _source(args.source), _wheelhouse_dir(args)
     wanted = wheelhouse_source(source) if house else source
-    req = BuildRequest(str(venv), wanted, args.gpu, requirements, constraints_of(source), house)
+    req = BuildRequest(str(venv), wanted, args.gpu, requirements, constraints_of(source), house, args.backend)
     gpus = args.gpus_per_node if args.gpus_per_node is not None else int(args.gpu)
     spec = build_spec(vars(args), build_command(req), now, fixed={**BUILD_FIXED, "gpus_per_node": gpus})
     if house is None:

@@ -37,6 +37,7 @@ example:
   mldist submit --container docker://tensorflow/tensorflow:2.16.1-gpu --gpus-per-node 4 -- python train.py
   mldist submit --wrap 'vtune -collect hotspots -r {job_dir}/vtune-{rank} --' -- python train.py
   mldist submit --array 0-9 --time 1:00:00 --wrap 'env TRIAL={array_index}' -- python sweep.py
+  mldist submit --nodes 2 --backend jax --venv ~/venvs/jax -- python train.py   # Keras 3 on JAX
 
 The script starts one process per task (srun, aprun, PALS mpiexec, Open MPI mpirun or
 Hydra mpiexec), records the software environment in the output directory and writes one
@@ -92,6 +93,11 @@ def _add_submit(sub: Any) -> None:
         "Render a batch script for COMMAND, submit it, print the job id and log directory.",
     )
     add_job_options(p)
+    p.add_argument(
+        "--backend", dest="keras_backend", choices=("tensorflow", "jax"),
+        help="Keras's backend in every task (KERAS_BACKEND; the venv needs the matching extra: mldist build-env "
+        "--backend jax)",
+    )  # fmt: skip
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND")
 
 

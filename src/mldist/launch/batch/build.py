@@ -106,6 +106,8 @@ def build_spec(
     if options.get("wrap") is not None:
         opts["wrap"] = _words("--wrap", options["wrap"])
     opts["wrap"] = tuple(opts.get("wrap", ()))
+    if options.get("keras_backend"):  # before --env, which may still say otherwise
+        env["KERAS_BACKEND"] = options["keras_backend"]
     env.update(dict(options.get("env") or ()))
     opts["env"] = tuple(env.items())
     opts["unset"] = tuple(dict.fromkeys([*opts.get("unset", ()), *(options.get("unset") or ())]))

@@ -63,7 +63,7 @@ if [ -n "$constraints" ]; then args+=(-c "$constraints"); fi
 say "pip ${args[*]}"
 "$py" -m pip "${args[@]}"
 check="import mldist, tensorflow"
-if [ "$flavour" = cpu ]; then check="$check, mpi4py"; fi
+case "$flavour" in cpu) check="$check, mpi4py" ;; jax*) check="$check, jax" ;; esac
 "$py" -c "$check; print(\\"imports ok: mldist\\", mldist.__version__, \\"tensorflow\\", tensorflow.__version__)"
 {
   echo "# mldist build-env: $venv on $(hostname) at $(date -u +%FT%TZ); modules: ${LOADEDMODULES:-none}"
@@ -83,6 +83,15 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?(.*)", re.DOTALL)
 
 
+#: (Keras backend, GPU nodes) -> the extra that installs them.
+EXTRAS = {
+    ("tensorflow", False): "cpu",
+    ("tensorflow", True): "gpu",
+    ("jax", False): "jax",
+    ("jax", True): "jax-cuda",
+}
+
+
 @dataclass(frozen=True)
 class BuildRequest:
     """What to build.
@@ -91,6 +100,7 @@ class BuildRequest:
         venv: absolute path of the virtual environment (created, or updated if it is one).
         source: an absolute directory or wheel path, or a pip requirement such as ``mldist==0.1.0``.
         gpu: install the ``[gpu]`` extra (TensorFlow with CUDA) instead of ``[cpu]``.
+        backend: "tensorflow", or "jax" for the ``[jax]`` / ``[jax-cuda]`` extras (Keras 3 on JAX).
         requirements: an absolute path of a requirements file installed with mldist.
         constraints: an absolute path of a pip constraints file.
         wheelhouse: an absolute directory of wheels the job installs from, with no package index.
@@ -106,6 +116,7 @@ class BuildRequest:
     requirements: str | None = None
     constraints: str | None = None
     wheelhouse: str | None = None
+    backend: str = "tensorflow"
 
     def __post_init__(self) -> None:
         paths = (("--venv", self.venv), ("--requirements", self.requirements), ("--wheelhouse", self.wheelhouse))
@@ -120,8 +131,8 @@ class BuildRequest:
 
     @property
     def flavour(self) -> str:
-        """``gpu`` or ``cpu``: the extra installed and the imports checked."""
-        return "gpu" if self.gpu else "cpu"
+        """The extra installed and the imports checked: ``cpu``, ``gpu``, ``jax`` or ``jax-cuda``."""
+        return EXTRAS[(self.backend, self.gpu)]
 
 
 def install_target(source: str, flavour: str) -> str:
