@@ -43,6 +43,7 @@ PROFILED = {
     "mobilenetv2": (["--steps", "12", "--warmup", "4"], "8:13"),
 }
 ONE = {"MLDIST_CPUS_PER_TASK": "1", "OMP_NUM_THREADS": "1"}
+JAX = {"KERAS_BACKEND": "jax"}
 GOAL_OVER_PROTOTYPE = 0.95
 
 
@@ -76,7 +77,7 @@ def two(engine: str, *launcher: str) -> list[str]:
     return [PY, "-m", "mldist", "run", "-n", "2", "--communication", engine, "--cpu-bind", "cores", *keep, "--"]
 
 
-def configs(model: str, cores: int) -> dict[str, tuple[list[list[str]], dict[str, str]]]:
+def configs(model: str, cores: int, jax: bool = False) -> dict[str, tuple[list[list[str]], dict[str, str]]]:
     """Name -> (commands run at once, environment) for one model."""
     args = ["--model", model, *STEPS[model], "--threads", "1"]
     out = {
@@ -86,6 +87,9 @@ def configs(model: str, cores: int) -> dict[str, tuple[list[list[str]], dict[str
         "mpi": ([[*two("mpi"), *WORKER, "mldist", *args]], ONE),
         "ring": ([[*two("ring"), *WORKER, "mldist", *args]], ONE),
     }
+    if jax:  # Keras 3 on JAX: the same worker and launcher, KERAS_BACKEND=jax (engine: jax.distributed)
+        out["jax alone"] = ([[*WORKER, "mldist", *args, "--one-core"]], ONE | JAX)
+        out["jax 2 workers"] = ([[*two("auto"), *WORKER, "mldist", *args]], ONE | JAX)
     if model == "cnn":  # mldist's own cost with one worker, all cores
         full = ["--model", model, *STEPS[model], "--threads", str(cores)]
         out["plain, all cores"] = ([[*WORKER, "plain", *full]], {})
@@ -96,10 +100,10 @@ def configs(model: str, cores: int) -> dict[str, tuple[list[list[str]], dict[str
 Samples = dict[str, dict[str, list[dict[str, object]]]]
 
 
-def weak_scaling(models: list[str], rounds: int) -> Samples:
+def weak_scaling(models: list[str], rounds: int, jax: bool = False) -> Samples:
     """Every configuration's RESULT rows per model, round after round (interleaved)."""
     cores = len(os.sched_getaffinity(0))
-    table = {m: configs(m, cores) for m in models}
+    table = {m: configs(m, cores, jax) for m in models}
     samples: Samples = {m: {name: [] for name in table[m]} for m in models}
     for r in range(rounds):
         for model in models:
@@ -139,6 +143,20 @@ def report_scaling(med: dict[str, dict[str, float]]) -> dict[str, dict[str, floa
             if "plain, all cores" in m:
                 o["one_worker_over_plain"] = m["mldist 1 worker, all cores"] / m["plain, all cores"]
                 print(f"cnn: 1 mldist worker / plain Keras, all cores: {o['one_worker_over_plain']:.3f} (goal >= 0.97)")
+    return out
+
+
+def report_backends(med: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Keras 3 on TensorFlow (MPI engine) beside Keras 3 on JAX: 1 and 2 workers, per worker and efficiency."""
+    print("\nbackends (images/s per worker; efficiency = 2 workers / alone):")
+    print(f"{'model':12s} | {'TF alone':>9s} | {'TF 2 (MPI)':>10s} | {'TF eff':>6s} | {'JAX alone':>9s} | "
+          f"{'JAX 2':>9s} | {'JAX eff':>7s} | JAX/TF at 2")  # fmt: skip
+    out = {}
+    for model, m in med.items():
+        tf_eff, jax_eff = m["mpi"] / m["alone"], m["jax 2 workers"] / m["jax alone"]
+        print(f"{model:12s} | {m['alone']:9.1f} | {m['mpi']:10.1f} | {tf_eff:6.2f} | {m['jax alone']:9.1f} | "
+              f"{m['jax 2 workers']:9.1f} | {jax_eff:7.2f} | {m['jax 2 workers'] / m['mpi']:.2f}")  # fmt: skip
+        out[model] = {"tf_efficiency": tf_eff, "jax_efficiency": jax_eff, "jax_over_tf": m["jax 2 workers"] / m["mpi"]}
     return out
 
 
@@ -187,12 +205,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--models", default="cnn,mobilenetv2")
     p.add_argument("--no-table", action="store_true", help="skip the all-reduce table")
+    p.add_argument("--no-jax", action="store_true", help="skip the Keras-on-JAX columns")
     p.add_argument("--no-breakdown", action="store_true", help="skip the profiled step-time breakdown")
     args = p.parse_args()
     models = args.models.split(",")
-    samples = weak_scaling(models, args.rounds)
+    samples = weak_scaling(models, args.rounds, not args.no_jax)
     med = medians(samples, "ips")
     summary: dict[str, object] = {"medians_img_per_s_per_worker": med, "efficiency": report_scaling(med)}
+    if not args.no_jax:
+        summary["backends"] = report_backends(med)
     if not args.no_breakdown:
         summary["breakdown_ms_per_step"] = step_breakdown(models, medians(samples, "callback_ms"))
     if not args.no_table:

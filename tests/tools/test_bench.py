@@ -14,10 +14,20 @@ import pytest
 from helpers import check, clean_env, mldist, tail
 from mldist.errors import ConfigError, LaunchError
 from mldist.tools import bench, bench_output
-from mldist.tools.bench import BenchConfig, add_efficiency, make_row
+from mldist.tools.bench import BenchConfig, add_efficiency, format_row, make_row
 from mldist.tools.steptime import PARTS
 
-ROW_KEYS = {"workers", "engine", "model", "batch", "img_per_sec", "img_per_sec_per_worker", "ci95", "efficiency"}
+ROW_KEYS = {
+    "workers",
+    "backend",
+    "engine",
+    "model",
+    "batch",
+    "img_per_sec",
+    "img_per_sec_per_worker",
+    "ci95",
+    "efficiency",
+}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -80,6 +90,12 @@ def test_efficiency_is_per_worker_over_one_worker_of_the_same_model_and_batch() 
         ]
     )
     assert [r["efficiency"] for r in rows] == [pytest.approx(1.0), pytest.approx(0.9), pytest.approx(0.75), None]
+    # Each backend against its own 1-worker row.
+    jax = add_efficiency(
+        [*rows, make_row(1, "none", "cnn", 32, [[50.0]], "jax"), make_row(2, "jax", "cnn", 32, [[40.0]], "jax")]
+    )
+    assert [r["efficiency"] for r in jax[-2:]] == [pytest.approx(1.0), pytest.approx(0.8)]
+    assert format_row(jax[-1]).startswith("cnn batch 32, 2 worker(s), jax, keras on jax: 40.0")
 
 
 def test_results_are_read_from_plain_and_prefixed_output() -> None:
@@ -198,6 +214,8 @@ def test_without_matplotlib_the_json_is_still_written(
         (["--iters", "0"], "argument --iters"),
         (["--profile-steps", "9:3"], "FIRST <= LAST"),
         (["--profile-steps", "3"], "write FIRST:LAST"),
+        (["--backend", "torch"], "'torch' is not a backend mldist benchmarks"),
+        (["--backend", "tensorflow,jax", "--tune-threads"], "give one inside a job or with --tune-threads"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -250,3 +268,18 @@ def test_profile_steps_leave_the_merged_trace_and_the_breakdown(tmp_path: Path) 
     assert all(f"  {part} " in res.stdout for part in PARTS), tail(res)
     parts = json.loads((run_dir / "bench.json").read_text())["rows"][0]["breakdown_ms"]
     assert parts["steps"] == 3 and parts["step_ms"] > 0 and parts["compute_ms"] > 0 and parts["collective_ms"] > 0
+
+
+@pytest.mark.slow
+def test_backends_side_by_side_on_one_and_two_workers(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["bench", "--scaling", "1,2", "--backend", "tensorflow,jax", "--json", str(out)]
+    res = check(mldist([*args, "--iters", "2", "--batches-per-iter", "2", "--warmup", "1"], timeout=300))
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["backend"], r["workers"], r["engine"]) for r in rows] == [
+        ("tensorflow", 1, "none"),
+        ("tensorflow", 2, "mpi"),
+        ("jax", 1, "none"),
+        ("jax", 2, "jax"),
+    ], tail(res)
+    assert all(r["efficiency"] and r["img_per_sec"] > 0 for r in rows)

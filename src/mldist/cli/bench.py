@@ -25,6 +25,7 @@ example:
   mldist bench --tune-threads                    # best intra-op/inter-op threads for 1 worker
   srun -n 4 mldist bench --model mobilenetv2     # inside a job: runs as the job's ranks
   mldist bench -n 2 --profile-steps 20:29        # timeline of steps 20..29 and where their time goes
+  mldist bench --scaling 1,2 --backend tensorflow,jax   # Keras 3 on TensorFlow and on JAX side by side
 
 Prints img/sec per worker (mean ± 1.96 sd over the timed iterations) and in total.
 Models: cnn (mldist's example CNN), or keras.applications with weights=None: resnet50,
@@ -40,6 +41,14 @@ def _model(text: str) -> str:
     return text.lower()
 
 
+def _backends(text: str) -> tuple[str, ...]:
+    words = tuple(dict.fromkeys(w.strip() for w in text.split(",")))
+    for word in words:
+        if word not in ("tensorflow", "jax"):
+            raise argparse.ArgumentTypeError(f"{word!r} is not a backend mldist benchmarks: tensorflow, jax or both")
+    return words
+
+
 def register(sub: Any) -> dict[str, Handler]:
     """Add ``bench`` to the subcommands; its handler by name."""
     p = add_command(sub, "bench", "synthetic training benchmark: images per second per worker and total", BENCH_EXAMPLE)
@@ -52,6 +61,11 @@ def register(sub: Any) -> dict[str, Handler]:
     p.add_argument("-n", "--nprocs", type=count(1, 4096), help="local workers to start (default 1)")
     p.add_argument("--scaling", help="worker counts to run in turn, e.g. 1,2,4: efficiency against 1 worker")
     p.add_argument("--engine", default="auto", help="auto, mpi or ring, or a comma list to compare (default auto)")
+    p.add_argument(
+        "--backend", type=_backends, default=None,
+        help="Keras's backend: tensorflow, jax, or tensorflow,jax to compare them (default: KERAS_BACKEND, "
+        "else tensorflow); --engine applies to tensorflow",
+    )  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON, and the scaling plot beside it (.png)")
     p.add_argument("--tune-threads", action="store_true", help="sweep intra-op/inter-op threads on 1 worker")
     p.add_argument(
@@ -110,6 +124,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     bench.check_model(args.model, args.image_size)
     in_job = detect(os.environ).size > 1
     counts, engines = _plan(args, in_job)
+    if args.backend and (in_job or args.tune_threads) and len(args.backend) > 1:
+        raise ConfigError("--backend tensorflow,jax compares local runs: give one inside a job or with --tune-threads")
+    if args.backend and len(args.backend) == 1:
+        os.environ["KERAS_BACKEND"] = args.backend[0]
     if args.profile_steps:
         os.environ["MLDIST_PROFILE_STEPS"] = args.profile_steps  # the ranks of a job, or the workers' launcher
     run_dir = _run_dir(args.run_dir, args.profile_steps is not None and not in_job)
@@ -142,7 +160,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         rows, best = bench.tune_threads(len(cpu_probe().allowed), runner)
         extra = {"best": {"intra_op": best["intra_op"], "inter_op": best["inter_op"]}}
     else:
-        rows, extra = bench.sweep(counts, engines, runner), {}
+        rows, extra = [], {}
+        for name in args.backend or (os.environ.get("KERAS_BACKEND", "tensorflow"),):
+            os.environ["KERAS_BACKEND"] = name  # the workers' Keras, and the launcher's engine decision
+            rows += bench.sweep(counts, engines if name == "tensorflow" else ("auto",), runner)
     if json_path:
         bench_output.write_json(json_path, rows, extra)
     return 0

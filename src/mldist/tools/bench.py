@@ -162,7 +162,9 @@ def mean_ci95(rates: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(rates), round(1.96 * statistics.pstdev(rates), 9)
 
 
-def make_row(workers: int, engine: str, model: str, batch: int, rates: Sequence[Sequence[float]]) -> dict[str, Any]:
+def make_row(
+    workers: int, engine: str, model: str, batch: int, rates: Sequence[Sequence[float]], backend: str = "tensorflow"
+) -> dict[str, Any]:
     """One JSON row from every rank's per-iteration images per second (``rates[rank]``).
 
     Per worker: the mean of all ranks' iterations, ± ``ci95``; in total: that times the workers.
@@ -175,6 +177,7 @@ def make_row(workers: int, engine: str, model: str, batch: int, rates: Sequence[
     per_worker, ci95 = mean_ci95([r for rank in rates for r in rank])
     return {
         "workers": workers,
+        "backend": backend,
         "engine": engine,
         "model": model,
         "batch": batch,
@@ -186,7 +189,7 @@ def make_row(workers: int, engine: str, model: str, batch: int, rates: Sequence[
 
 
 def add_efficiency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Fill ``efficiency``: per-worker img/s over that of the 1-worker row of the same model and batch.
+    """Fill ``efficiency``: per-worker img/s over that of the 1-worker row of the same backend, model and batch.
 
     Rows without such a row keep ``None``.
 
@@ -195,9 +198,13 @@ def add_efficiency(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         >>> [r["efficiency"] for r in rows]
         [1.0, 0.8]
     """
-    base = {(r["model"], r["batch"]): r["img_per_sec_per_worker"] for r in rows if r["workers"] == 1}
+
+    def key(r: dict[str, Any]) -> tuple[str, str, int]:
+        return r.get("backend", "tensorflow"), r["model"], r["batch"]
+
+    base = {key(r): r["img_per_sec_per_worker"] for r in rows if r["workers"] == 1}
     for row in rows:
-        ref = base.get((row["model"], row["batch"]))
+        ref = base.get(key(row))
         row["efficiency"] = row["img_per_sec_per_worker"] / ref if ref else None
     return rows
 
@@ -225,6 +232,8 @@ def format_row(row: dict[str, Any]) -> str:
         'cnn batch 32, 2 worker(s), mpi: 100.0 ± 0.0 img/sec per worker, 200.0 img/sec in total'
     """
     head = f"{row['model']} batch {row['batch']}, {row['workers']} worker(s), {row['engine']}"
+    if row.get("backend", "tensorflow") != "tensorflow":
+        head += f", keras on {row['backend']}"
     if "intra_op" in row:
         head += f", intra-op {row['intra_op']} inter-op {row['inter_op']}"
     text = f"{head}: {row['img_per_sec_per_worker']:.1f} ± {row['ci95']:.1f} img/sec per worker, "
@@ -278,7 +287,15 @@ def run_workers(
                     print(f"[{rank}] {line}", file=sys.stderr)
             raise LaunchError(f"{workers} worker(s) on {engine} failed (exit code {code}); their last lines are above")
     results.sort(key=lambda r: int(r["rank"]))
-    row = make_row(workers, str(results[0]["engine"]), cfg.model, cfg.batch_size, [r["rates"] for r in results])
+    rates = [r["rates"] for r in results]
+    row = make_row(
+        workers,
+        str(results[0]["engine"]),
+        cfg.model,
+        cfg.batch_size,
+        rates,
+        str(results[0].get("backend", "tensorflow")),
+    )
     row |= {"intra_op": threads[0], "inter_op": threads[1]} if threads else {}
     if os.environ.get("MLDIST_PROFILE_STEPS") and run_dir is not None:
         row = with_breakdown(row, run_dir / step / "trace" / "merged.trace.json.gz")

@@ -131,6 +131,8 @@ def measure(cfg: BenchConfig, engine: str | None = None, threads: tuple[int, int
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads[0])  # before init: its plan and OpenMP follow
     ctx = runtime.init(engine)
+    if ctx.backend == "jax":
+        return _result(ctx, cfg, _jax_rates(ctx, cfg))
     import numpy as np
     import tensorflow as tf
 
@@ -154,8 +156,42 @@ def measure(cfg: BenchConfig, engine: str | None = None, threads: tuple[int, int
             loss = step()
         float(loss)  # the last step has finished
         rates.append(cfg.batch_size * cfg.batches_per_iter / (time.perf_counter() - start))
+    return _result(ctx, cfg, rates)
+
+
+def _jax_rates(ctx: Any, cfg: BenchConfig) -> list[float]:
+    """Images per second of each timed iteration on KERAS_BACKEND=jax: Keras's own compiled step.
+
+    ``train_on_batch`` on this rank's part of the global batch; the DataParallel distribution
+    ``mldist.init()`` set averages the gradients in the step. Its returned loss ends each step.
+    """
+    import keras
+    import numpy as np
+
+    if os.environ.get("MLDIST_PROFILE_STEPS") and ctx.rank == 0:
+        print("mldist bench: --profile-steps records TensorFlow's profiler; not on KERAS_BACKEND=jax", flush=True)
+    model, shape, classes = build_model(cfg.model, cfg.image)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())
+    rng = np.random.default_rng(ctx.rank)
+    data = rng.random((cfg.batch_size, *shape), dtype=np.float32)
+    target = rng.integers(0, classes, cfg.batch_size)
+    for _ in range(1 + cfg.warmup):  # the first call compiles
+        model.train_on_batch(data, target)
+    rates = []
+    for _ in range(cfg.iters):
+        start = time.perf_counter()
+        for _ in range(cfg.batches_per_iter):
+            model.train_on_batch(data, target)
+        rates.append(cfg.batch_size * cfg.batches_per_iter / (time.perf_counter() - start))
+    return rates
+
+
+def _result(ctx: Any, cfg: BenchConfig, rates: list[float]) -> dict[str, Any]:
+    import numpy as np
+
     return {
         "rank": ctx.rank,
+        "backend": ctx.backend,
         "size": ctx.size,
         "engine": ctx.communication,
         "model": cfg.model,
@@ -178,12 +214,12 @@ def job_row(cfg: BenchConfig, engine: str) -> dict[str, Any] | None:
         row = job_row(BenchConfig(), "auto")   # under: srun -n 4 mldist bench
     """
     result = measure(cfg, engine)
-    import tensorflow as tf
+    import numpy as np
 
-    gathered = runtime.allgather(tf.constant([result["rates"]], dtype=tf.float64)).numpy().tolist()
+    gathered = np.asarray(runtime.allgather(np.array([result["rates"]], np.float64))).tolist()
     if result["rank"] != 0:
         return None
-    return make_row(result["size"], result["engine"], cfg.model, cfg.batch_size, gathered)
+    return make_row(result["size"], result["engine"], cfg.model, cfg.batch_size, gathered, result["backend"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
