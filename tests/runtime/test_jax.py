@@ -37,6 +37,7 @@ def test_collectives_on_two_jax_workers() -> None:
         assert row["gather"] == [[0, 0], [1, 1], [1, 1]]
         assert row["mismatch"] == "allreduce"  # raised on both ranks, none hangs
         assert row["strategy"].startswith("mldist.strategy() is TensorFlow")
+        assert row["tape"].startswith("DistributedGradientTape averages Tens")
     # The launcher read KERAS_BACKEND too: no "the launcher chose the mpi engine" line.
     assert "launcher chose" not in res.stderr
 

@@ -62,6 +62,19 @@ def test_two_ranks_on_two_nodes_match_one_process_on_the_union_batch(slurm_env: 
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 
 
+def test_keras_on_jax_across_two_nodes_matches_one_process(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """The same equivalence with KERAS_BACKEND=jax: jax.distributed started from Slurm's placement."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    jax = {**slurm_env, "KERAS_BACKEND": "jax"}
+    check(run_py(str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "one"), env=jax, timeout=240))
+    res = check(srun(jax, PY, str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "two"), timeout=240))
+    w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
+    ref = np.load(tmp_path / "one" / "weights-0.npy")
+    assert np.array_equal(w0, w1), tail(res)
+    assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
+
+
 #: way -> what names the rank that left (and how) in srun's or the ranks' output.
 LEAVES = {
     "sysexit": r"\(rank 1\): exited with code 3 \(sys\.exit\)",

@@ -32,4 +32,8 @@ try:
     mldist.strategy()
 except NotImplementedError as exc:
     out["strategy"] = str(exc)[:40]
+try:
+    mldist.DistributedGradientTape(None)
+except NotImplementedError as exc:
+    out["tape"] = str(exc)[:40]
 print("RESULT " + json.dumps(out), flush=True)

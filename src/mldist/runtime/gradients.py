@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedError
 from . import compat
 from . import worker as runtime
 from .collectives import DEFAULT_BUCKET_BYTES, allreduce
@@ -21,6 +21,18 @@ XLA_CPU_FIX = (
     "XLA compiles no collectives between CPU workers (mldist's MPI and RING engines) "
     "(model.compile(jit_compile=True)); compile with jit_compile=False, or leave the default 'auto'"
 )
+
+
+ON_JAX = (
+    "{what} averages TensorFlow gradients; on KERAS_BACKEND=jax the keras.distribution.DataParallel "
+    "that mldist.init() set averages them inside Keras's compiled step: use model.fit, or a JAX step "
+    "with Keras's stateless API"
+)
+
+
+def _check_not_jax(what: str) -> None:
+    if runtime.init().backend == "jax":
+        raise UnsupportedError(ON_JAX.format(what=what))
 
 
 def _check_not_xla_on_cpu() -> None:
@@ -44,6 +56,7 @@ def average_gradients(
 
         grads = average_gradients(tape.gradient(loss, model.trainable_variables))
     """
+    _check_not_jax("average_gradients")
     ctx = runtime.init()
     if ctx.size == 1:
         return grads
@@ -74,6 +87,7 @@ class DistributedGradientTape:
     """
 
     def __init__(self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None) -> None:
+        _check_not_jax("DistributedGradientTape")
         runtime.warn_idle_gpus()
         self._tape = tape
         self._bucket_bytes = bucket_bytes
