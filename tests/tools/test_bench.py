@@ -271,15 +271,10 @@ def test_profile_steps_leave_the_merged_trace_and_the_breakdown(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_backends_side_by_side_on_one_and_two_workers(tmp_path: Path) -> None:
+def test_backends_side_by_side_on_two_workers(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    args = ["bench", "--scaling", "1,2", "--backend", "tensorflow,jax", "--json", str(out)]
+    args = ["bench", "-n", "2", "--backend", "tensorflow,jax", "--json", str(out)]
     res = check(mldist([*args, "--iters", "2", "--batches-per-iter", "2", "--warmup", "1"], timeout=300))
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["backend"], r["workers"], r["engine"]) for r in rows] == [
-        ("tensorflow", 1, "none"),
-        ("tensorflow", 2, "mpi"),
-        ("jax", 1, "none"),
-        ("jax", 2, "jax"),
-    ], tail(res)
-    assert all(r["efficiency"] and r["img_per_sec"] > 0 for r in rows)
+    assert [(r["backend"], r["workers"], r["engine"]) for r in rows] == [("tensorflow", 2, "mpi"), ("jax", 2, "jax")]
+    assert all(r["img_per_sec"] > 0 for r in rows), tail(res)
