@@ -43,8 +43,10 @@ def test_collectives_on_two_jax_workers() -> None:
 
 
 def test_one_jax_process_needs_no_runtime() -> None:
-    (row,) = results(check(run_py(str(WORKERS / "jax_collectives.py"), env=JAX)).stdout)
+    res = check(run_py(str(WORKERS / "jax_collectives.py"), env=JAX))
+    (row,) = results(res.stdout)
     assert (row["backend"], row["engine"], row["sum"], row["mismatch"]) == ("jax", "none", [[1.0, 0.0], [1]], "none")
+    assert row["profiler"] and "ProfileSteps record TensorFlow's profiler; not on KERAS_BACKEND=jax" in res.stderr
 
 
 @pytest.mark.parametrize("launcher", ["mldist run", "mpirun"])

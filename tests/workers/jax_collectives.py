@@ -36,4 +36,7 @@ try:
     mldist.DistributedGradientTape(None)
 except NotImplementedError as exc:
     out["tape"] = str(exc)[:40]
+import mldist.keras  # noqa: E402
+
+out["profiler"] = mldist.keras.ProfileSteps(1, 2).profiler is None  # TensorFlow's profiler: refused in one line
 print("RESULT " + json.dumps(out), flush=True)

@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import keras
@@ -32,6 +33,15 @@ class ProfileSteps(keras.callbacks.Callback):  # type: ignore[misc]
             self.profiler = StepProfiler.from_env()
         else:
             self.profiler = StepProfiler(first, last, trace_dir(os.environ))
+        if self.profiler is not None and keras.config.backend() == "jax":
+            # TensorFlow's profiler sees nothing of an XLA step that JAX runs.
+            print(
+                "mldist: --profile-steps/ProfileSteps record TensorFlow's profiler; not on KERAS_BACKEND=jax "
+                "(use jax.profiler.trace)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.profiler = None
         self.step = 0
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
