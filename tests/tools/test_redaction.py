@@ -16,7 +16,7 @@ PROXIES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"
 #: Shown variables (by prefix) with secret-looking names, each with its own value.
 SECRETS = {
     "MLDIST_API_TOKEN": SECRET + "-a",
-    "TF_DB_PASSWORD": SECRET + "-b",
+    "HOROVOD_DB_PASSWORD": SECRET + "-b",
     "NCCL_client_secret": SECRET + "-c",
     "OMP_WANDB_API_KEY": SECRET + "-d",
     "SLURM_AUTH_INFO": SECRET + "-e",
