@@ -220,7 +220,6 @@ def test_an_existing_venv_or_empty_directory_is_accepted(tmp_path: Path, capsys:
 
 BAD = [
     (["--backend", "torch"], "invalid choice: 'torch'"),
-    (["--requirements", "{tmp}/missing.txt"], "is not a file"),
     (["--venv", "{tmp}/a-file"], "exists and is not a directory"),
     (["--venv", "{tmp}/full"], "non-empty directory but not a venv"),
     (["--module", "python/3.11\nmodule load evil"], "is not a module name"),
@@ -337,3 +336,13 @@ def test_the_script_passes_a_hostile_venv_path_as_one_word(scheduler: str, tmp_p
     assert spec.command[4] == str(venv)
     words = shlex.split(render(spec).split(" mldist-rank ", 1)[1].split(" &\nchild=$!", 1)[0])
     assert tuple(words[-len(spec.command) :]) == spec.command  # the task's argv, word for word
+
+
+def test_a_missing_requirements_file_is_a_warning_in_a_dry_run_and_an_error_otherwise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--venv", str(tmp_path / "venv"), "--scheduler", "slurm", "--requirements", str(tmp_path / "no.txt")]
+    code, out, err = _cli(capsys, *base, "--dry-run")
+    assert code == 0 and "#SBATCH" in out and "warning: --requirements" in err and "a dry run goes on" in err
+    code, out, err = _cli(capsys, *base)
+    assert (code, out) == (2, "") and err.strip().endswith("is not a file")

@@ -186,7 +186,10 @@ def build_plan(args: argparse.Namespace, now: float | None = None) -> BuildPlan:
     if args.requirements is not None:
         path = _absolute(args.requirements, "--requirements")
         if not path.is_file():
-            raise ConfigError(f"--requirements {args.requirements!r} is not a file")
+            problem = f"--requirements {args.requirements!r} is not a file"
+            if not args.dry_run:
+                raise ConfigError(problem)
+            print(f"mldist build-env: warning: {problem} (a dry run goes on; submitting stops here)", file=sys.stderr)
         requirements = str(path)
     source, house = _source(args.source), _wheelhouse_dir(args)
     wanted = wheelhouse_source(source) if house else source
