@@ -148,6 +148,11 @@ class MpiexecGroup(Group):
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
             **self.launch_env(),
         }
+        if kind == "openmpi" and "PRTE_MCA_prte_tmpdir_base" not in os.environ:
+            # prterun's session directory (its PMIx rendezvous files) in this run's own folder: a
+            # killed prterun leaves /tmp/ompi.<pid> behind, and a later prterun that gets the same
+            # pid cannot start its PMIx listener ("The PMIx server's listener thread failed to start").
+            extra["PRTE_MCA_prte_tmpdir_base"] = str(self.run_dir)
         if sets := self.cpu_sets():
             extra["MLDIST_CPU_SETS"] = ";".join(",".join(map(str, s)) for s in sets)
         if cfg.log_dir:
