@@ -6,8 +6,10 @@ Importable from every test folder as ``from helpers import ...`` (``pythonpath``
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,14 +33,25 @@ BACKEND_ENGINES = (*ENGINES, "jax")
 TAIL = 3000
 
 
+#: Open MPI session directories of this test session's launches (removed at exit): a killed prterun
+#: leaves ``/tmp/ompi.<pid>`` behind, and a later one that gets the same pid cannot start its PMIx
+#: listener. ``mldist run`` keeps its own in a private folder; bare mpiexec/mpirun calls get one here.
+_PRTE_BASE = Path(tempfile.mkdtemp(prefix="mldist-tests-prte-"))
+atexit.register(shutil.rmtree, _PRTE_BASE, True)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without launcher variables, plus ``extra``."""
+    """The test process's environment without launcher variables, plus ``extra``.
+
+    Each call gets its own Open MPI session directory base (``PRTE_MCA_prte_tmpdir_base``).
+    """
     prefixes = ("MLDIST_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "ALPS_", "PBS_", "TF_CONFIG")
     # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
     threads = ("OMP_NUM_THREADS", "KMP_BLOCKTIME", "KMP_AFFINITY")
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in threads}
     # Default run directories of `mldist run` go to a scratch folder, not into the checkout.
     env["MLDIST_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / "mldist-test-runs")
+    env["PRTE_MCA_prte_tmpdir_base"] = tempfile.mkdtemp(dir=_PRTE_BASE)
     env.update(extra)
     return env
 
