@@ -101,6 +101,9 @@ class State(ABC):
         self.save()
         if basics.rank() == 0:
             atomic_write(self._path, pickle.dumps(self.snapshot()), mode=0o600)
+        # A collective, as Horovod's commit is: no rank leaves it before rank 0 has the state on
+        # disk, so a rank that dies right after its commit restarts from this commit, not the one before.
+        broadcast_object(None, root_rank=0)
         self.check_host_updates()
 
     def check_host_updates(self) -> None:
