@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import uuid
+from typing import Any
 
 import pytest
 
@@ -26,3 +28,54 @@ def tag() -> str:
 def engine(request: pytest.FixtureRequest) -> str:
     """Each test that takes it runs once per CPU engine."""
     return str(request.param)
+
+
+#: Tests that must share one pytest-xdist worker, by node id (the scheduler sees only ids): the
+#: services (Slurm cluster, sshd hosts: they edit /etc/hosts and start daemons) one after the other,
+#: and the tests of one module-scoped run of real workers, so that run happens once.
+GROUPS = (
+    (r"tests/(slurm/|launch/test_hosts\.py)", "services"),
+    (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(\w+)\]", r"checkpoint-\2"),
+    (r"tests/training/test_runlog\.py::", "runlog"),
+)
+#: The fixtures behind those groups: a test that uses one must be in a group (checked at collection).
+GROUPED_FIXTURES = ("slurm_env", "hosts_env", "reference", "digits_run")
+
+
+def group_of(nodeid: str) -> str | None:
+    """The xdist group of a test id, or None (any worker).
+
+    >>> group_of("tests/slurm/test_slurm.py::test_x"), group_of("tests/cli/test_cli.py::test_y")
+    ('services', None)
+    """
+    for pattern, name in GROUPS:
+        m = re.match(pattern, nodeid)
+        if m:
+            return m.expand(name)
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Check the groups and start the long tests first.
+
+    Under ``pytest -n N`` (scripts/test.sh) the workers take the groups first (largest first), then
+    single tests in this order: those that start worker processes, then the many short ones, which
+    fill the gaps at the end instead of a long test starting last.
+    """
+    for item in items:
+        used = [name for name in GROUPED_FIXTURES if name in getattr(item, "fixturenames", ())]
+        if used and group_of(item.nodeid) is None:
+            raise pytest.UsageError(f"{item.nodeid} uses {used[0]}: add it to GROUPS in tests/conftest.py")
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)  # stable: file order within
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scope scheduler with :func:`group_of` as the scope (one test alone otherwise)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
