@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
+from helpers import ENGINES, PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
 
@@ -77,15 +77,23 @@ def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path, e
         np.testing.assert_allclose(after, 1.0 - (g0 + g1) / 2, rtol=1e-6)  # w0 = 1, lr = 1
 
 
+# The XLA check runs before any collective, the same on every engine: one engine is enough for it.
 @pytest.mark.parametrize(
-    "mode, ran, message",
+    "mode, ran, message, engine",
     [
-        ("xla", "XLA-FIT-RAN", "jit_compile=False"),
-        ("uneven", "UNEVEN-FIT-RAN", "steps per epoch differ between workers (rank 0: 3, rank 1: 4)"),
-        ("shapes", "SHAPES-RAN", "workers passed tensors of different shapes"),
+        pytest.param("xla", "XLA-FIT-RAN", "jit_compile=False", "mpi", id="xla-on-cpu-mpi"),
+        *[
+            pytest.param(mode, ran, message, engine, id=f"{name}-{engine}")
+            for name, mode, ran, message in [
+                ("uneven-steps-naming-each-rank", "uneven", "UNEVEN-FIT-RAN",
+                 "steps per epoch differ between workers (rank 0: 3, rank 1: 4)"),
+                ("shape-mismatch-in-a-collective", "shapes", "SHAPES-RAN",
+                 "workers passed tensors of different shapes"),
+            ]
+            for engine in ENGINES
+        ],
     ],
-    ids=["xla-on-cpu", "uneven-steps-naming-each-rank", "shape-mismatch-in-a-collective"],
-)
+)  # fmt: skip
 def test_worker_mistakes_stop_before_training_with_a_clear_message(
     mode: str, ran: str, message: str, tmp_path: Path, engine: str
 ) -> None:

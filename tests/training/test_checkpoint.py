@@ -194,11 +194,15 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(
     assert _rel(_weights(out), _weights(reference)) <= 1e-5
 
 
+#: One damage per engine on real workers (the format tests above cover every damage in-process).
+DAMAGE = {"mpi": "truncate", "ring": "flip", "jax": "truncate"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_corrupted_latest_checkpoint_is_skipped_with_a_warning(
-    damage: str, reference: Path, ref_engine: str, tmp_path: Path
+    reference: Path, ref_engine: str, tmp_path: Path
 ) -> None:
+    damage = DAMAGE[ref_engine]
     shutil.copytree(reference / "ckpt", tmp_path / "ckpt")
     state = tmp_path / "ckpt" / "ckpt-0000000064" / STATE
     data = state.read_bytes()
