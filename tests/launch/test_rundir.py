@@ -113,11 +113,27 @@ def test_a_run_leaves_config_logs_and_a_merged_summary(tmp_path: Path, engine: s
     assert summary["step_seconds_per_rank"] == [0.5, 0.5] and summary["final_metrics"] == {"loss": 0.25}
 
 
+#: Rank 0 exits 0; rank 1 exits 3 only after rank 0 is gone (else, on a busy machine, rank 1 may
+#: fail first and the launcher stops rank 0 with SIGTERM: 143).
+FAIL_AFTER_RANK_0 = """
+import os, pathlib, sys, time
+flag = pathlib.Path(sys.argv[1]) / "rank0-done"
+if os.environ["MLDIST_RANK"] == "0":
+    flag.touch()
+    sys.exit(0)
+deadline = time.monotonic() + 60
+while not flag.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(1)
+sys.exit(3)
+"""
+
+
 def test_a_failed_run_says_so_and_counts_restarts(tmp_path: Path) -> None:
-    script = "import os, sys; sys.exit(3 if os.environ['MLDIST_RANK'] == '1' else 0)"
-    args = ["run", "-n", "2", "--communication", "ring", "--max-restarts", "1", "--run-dir", str(tmp_path)]
-    check(mldist([*args, "--", PY, "-c", script]), 3)
-    summary = _json(tmp_path / "summary.json")
+    run_dir = tmp_path / "run"
+    args = ["run", "-n", "2", "--communication", "ring", "--max-restarts", "1", "--run-dir", str(run_dir)]
+    check(mldist([*args, "--", PY, "-c", FAIL_AFTER_RANK_0, str(tmp_path)]), 3)
+    summary = _json(run_dir / "summary.json")
     assert summary["status"] == "failed" and summary["exit_code"] == 3 and summary["restarts"] == 1
     assert summary["exit_codes"] == [0, 3] and summary["samples_per_second"] is None
 
