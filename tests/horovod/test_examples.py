@@ -3,8 +3,8 @@
 Each script (tests/workers/hvd_*.py) runs on 2 workers under ``mldist run`` and under Open
 MPI's own ``mpiexec``, with Keras 3 and with tf_keras (TF_USE_LEGACY_KERAS=1), and the custom
 loop and fit also on the RING engine; together the scripts cover every (launcher, flavour) pair.
-Every rank starts from its own random weights and trains on its own
-data, so weights that end bit-identical show the broadcast and the gradient averaging worked.
+Every rank starts from its own random weights and trains on its own data, so weights that end
+bit-identical show the broadcast and the gradient averaging worked.
 
     pytest tests/horovod -m slow
 """

@@ -77,23 +77,19 @@ def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path, e
         np.testing.assert_allclose(after, 1.0 - (g0 + g1) / 2, rtol=1e-6)  # w0 = 1, lr = 1
 
 
+UNEVEN = ("uneven", "UNEVEN-FIT-RAN", "steps per epoch differ between workers (rank 0: 3, rank 1: 4)")
+SHAPES = ("shapes", "SHAPES-RAN", "workers passed tensors of different shapes")
+
+
 # The XLA check runs before any collective, the same on every engine: one engine is enough for it.
 @pytest.mark.parametrize(
     "mode, ran, message, engine",
     [
         pytest.param("xla", "XLA-FIT-RAN", "jit_compile=False", "mpi", id="xla-on-cpu-mpi"),
-        *[
-            pytest.param(mode, ran, message, engine, id=f"{name}-{engine}")
-            for name, mode, ran, message in [
-                ("uneven-steps-naming-each-rank", "uneven", "UNEVEN-FIT-RAN",
-                 "steps per epoch differ between workers (rank 0: 3, rank 1: 4)"),
-                ("shape-mismatch-in-a-collective", "shapes", "SHAPES-RAN",
-                 "workers passed tensors of different shapes"),
-            ]
-            for engine in ENGINES
-        ],
+        *[pytest.param(*UNEVEN, e, id=f"uneven-steps-naming-each-rank-{e}") for e in ENGINES],
+        *[pytest.param(*SHAPES, e, id=f"shape-mismatch-in-a-collective-{e}") for e in ENGINES],
     ],
-)  # fmt: skip
+)
 def test_worker_mistakes_stop_before_training_with_a_clear_message(
     mode: str, ran: str, message: str, tmp_path: Path, engine: str
 ) -> None:
