@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 # Failed asserts inside the helper modules show their values too, as in test modules.
 pytest.register_assert_rewrite("helpers", "harness")
 
-from helpers import ENGINES  # noqa: E402 - after the rewrite is registered
+from helpers import ENGINES, PY, ROOT, check, mldist  # noqa: E402 - after the rewrite is registered
 
 # Programs and data, not tests: workers run under the launcher and stand-ins under rendered
 # scripts (importing either would run it); fixtures and golden hold captured data and scripts.
@@ -22,6 +23,19 @@ collect_ignore = ["workers", "fixtures", "standins", "golden"]
 def tag() -> str:
     """A unique string to find a test's processes by."""
     return f"mldist-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's main job: examples/digits_cnn.py on 2 workers with a run directory; its console in
+    ../console.txt. Shared by the tests of the example's results and of its run directory."""
+    base = tmp_path_factory.mktemp("digits")
+    run_dir = base / "run"
+    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(ROOT / "examples" / "digits_cnn.py")]
+    res = check(mldist(args, timeout=600, cwd=base))
+    (base / "console.txt").write_text(res.stdout)
+    (base / "stderr.txt").write_text(res.stderr)
+    return run_dir
 
 
 @pytest.fixture(params=ENGINES)
@@ -36,10 +50,17 @@ def engine(request: pytest.FixtureRequest) -> str:
 GROUPS = (
     (r"tests/(slurm/|launch/test_hosts\.py)", "services"),
     (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(\w+)\]", r"checkpoint-\2"),
-    (r"tests/training/test_runlog\.py::", "runlog"),
+    (
+        r"tests/(training/test_runlog\.py::|runtime/test_engine\.py::test_example_reaches_95_percent_with_two_workers\Z)",
+        "digits",
+    ),
+    # The users of the shared launches of tests/runtime/conftest.py and tests/horovod/conftest.py.
+    (r"tests/runtime/test_\w+\.py::test_(two_workers_[mus]|collectives_on_two|applied_)\w*\[(\w+)\]", r"engine-\2"),
+    (r"tests/horovod/test_\w+\.py::test_(mismatches|horovods_own|many_collectives_in_one|local_|join_|sync_)", "hvd"),
+    (r"tests/horovod/test_\w+\.py::test_(every_function\w+_3_mpi_\w+|collectives_over_a_process_set\w+\[\w+\])", "hvd"),
 )
 #: The fixtures behind those groups: a test that uses one must be in a group (checked at collection).
-GROUPED_FIXTURES = ("slurm_env", "hosts_env", "reference", "digits_run")
+GROUPED_FIXTURES = ("slurm_env", "hosts_env", "reference", "digits_run", "shared_hvd", "shared_engine")
 
 
 def group_of(nodeid: str) -> str | None:

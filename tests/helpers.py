@@ -28,6 +28,8 @@ PY = sys.executable
 ENGINES = ("mpi", "ring")
 #: ENGINES and "jax" (Keras on JAX: KERAS_BACKEND=jax), for tests that hold on both backends.
 BACKEND_ENGINES = (*ENGINES, "jax")
+#: Keras flavour -> TF_USE_LEGACY_KERAS: Keras 3, or tf_keras (Keras 2) for tf.keras.
+LEGACY_KERAS = {"keras3": "0", "tf_keras": "1"}
 
 #: How much of each output stream a failure message shows (the end: where the error is).
 TAIL = 3000
@@ -96,6 +98,32 @@ def results(stdout: str) -> list[dict[str, Any]]:
     """The ``RESULT {json}`` lines workers print (any prefix before them), sorted by their ``rank``."""
     rows = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if "RESULT " in line]
     return sorted(rows, key=lambda r: int(r["rank"]))
+
+
+def scenario(stdout: str, key: str) -> str:
+    """The lines that each rank printed for one script of tests/workers/scenarios.py (prefix kept).
+
+    Fails naming ``key`` unless every rank that began it also ended it.
+
+    >>> marks = ["[0] SCENARIO BEGIN a.py", "[1] SCENARIO BEGIN a.py", "[1] x", "[0] SCENARIO END a.py"]
+    >>> scenario("\\n".join([*marks, "[1] SCENARIO END a.py"]), "a.py")
+    '[1] x'
+    """
+    current: dict[str, str] = {}
+    lines: list[str] = []
+    begun: set[str] = set()
+    ended: set[str] = set()
+    for line in stdout.splitlines():
+        prefix, _, text = line.partition(" ")
+        if text.startswith(("SCENARIO BEGIN ", "SCENARIO END ")):
+            mark, name = text.split(" ", 2)[1:]
+            current[prefix] = name if mark == "BEGIN" else ""
+            if name == key:
+                (begun if mark == "BEGIN" else ended).add(prefix)
+        elif current.get(prefix) == key:
+            lines.append(line)
+    assert begun and begun == ended, f"scenario {key!r}: begun on {sorted(begun)}, ended on {sorted(ended)}"
+    return "\n".join(lines)
 
 
 def cmdlines() -> Iterator[tuple[int, str]]:

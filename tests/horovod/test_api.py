@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -51,12 +53,18 @@ EXPECTED = [
 pytestmark = pytest.mark.slow
 
 
-# 3 workers on the MPI engine only (2 cores here), RING with 2: both engines and both an even and
-# an odd world, without the 2-worker MPI run (each run starts TensorFlow on every worker).
-@pytest.mark.parametrize(("workers", "engine"), [(2, "ring"), (3, "mpi")], ids=["2-ring", "3-mpi"])
-def test_every_function_matches_numpy(workers: int, engine: str) -> None:
-    res = check(mldist(["run", "-n", str(workers), "--communication", engine, "--", PY, API, "collectives"], 300))
-    rows = results(res.stdout)
+# RING with 2 workers and the MPI engine with 3 (an odd world, in a launch shared with the process-set
+# checks): both engines and both an even and an odd world, in two TensorFlow start-ups per rank.
+def test_every_function_matches_numpy_on_2_ring_workers() -> None:
+    res = check(mldist(["run", "-n", "2", "--communication", "ring", "--", PY, API, "collectives"], 300))
+    _every_function_matches(results(res.stdout), 2, "ring")
+
+
+def test_every_function_matches_numpy_on_3_mpi_workers(shared_hvd: Callable[[str, str], str]) -> None:
+    _every_function_matches(results(shared_hvd("keras3-3", "hvd_api.py collectives")), 3, "mpi")
+
+
+def _every_function_matches(rows: list[dict[str, Any]], workers: int, engine: str) -> None:
     assert [r["rank"] for r in rows] == list(range(workers))
     for row in rows:
         assert row["size"] == workers
@@ -73,42 +81,51 @@ def test_shapes_that_differ_across_ranks_stop_with_a_clear_error(engine: str) ->
     assert "Traceback" not in both
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_mismatches_raise_horovods_errors_on_every_rank_and_the_ranks_go_on(legacy: str) -> None:
-    run = ["run", "-n", "2", "--communication", "mpi", "--", PY, str(WORKERS / "hvd_errors.py")]
-    res = check(mldist(run, 120, env=clean_env(TF_USE_LEGACY_KERAS=legacy)))
-    rows = results(res.stdout)
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_mismatches_raise_horovods_errors_on_every_rank_and_the_ranks_go_on(
+    flavour: str, shared_hvd: Callable[[str, str], str]
+) -> None:
+    rows = results(shared_hvd(flavour, "hvd_errors.py"))
     assert [row["caught"] for row in rows] == [["shape", "dtype", "root", "allgather", "grouped", "graph"]] * 2
     assert [row["after"] for row in rows] == [[3.0], [3.0]]
 
 
-@pytest.mark.parametrize(
-    ("engine", "legacy"),
-    [("mpi", "0"), ("mpi", "1"), ("ring", "0")],  # the worker uses no Keras: one mode on RING is enough
-    ids=["mpi-keras3", "mpi-tf_keras", "ring-keras3"],
-)
-def test_horovods_own_test_cases_hold(engine: str, legacy: str) -> None:
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"], ids=["mpi-keras3", "mpi-tf_keras"])
+def test_horovods_own_test_cases_hold(flavour: str, shared_hvd: Callable[[str, str], str]) -> None:
     """What Horovod 0.28.1's test suite checks and mldist.horovod used to get wrong (see the worker)."""
-    worker = str(WORKERS / "hvd_conformance.py")
-    run = ["run", "-n", "2", "--communication", engine, "--", PY, worker]
-    rows = results(check(mldist(run, 180, env=clean_env(TF_USE_LEGACY_KERAS=legacy))).stdout)
+    _conformance(results(shared_hvd(flavour, "hvd_conformance.py")))
+
+
+def test_horovods_own_test_cases_hold_on_ring() -> None:
+    """The same on the RING engine (the worker uses no Keras: one flavour is enough)."""
+    run = ["run", "-n", "2", "--communication", "ring", "--", PY, str(WORKERS / "hvd_conformance.py")]
+    _conformance(results(check(mldist(run, 180)).stdout))
+
+
+def _conformance(rows: list[dict[str, Any]]) -> None:
     assert len(rows) == 2 and rows[0]["checks"] == rows[1]["checks"]
     assert len(rows[0]["checks"]) == 27, rows[0]["checks"]
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_many_collectives_in_one_graph_agree_on_every_rank(mode: str, shared_hvd: Callable[[str, str], str]) -> None:
+    """Horovod's fused tests: 30 collectives built at once, evaluated together three times."""
+    rows = results(shared_hvd("keras3", f"hvd_graph.py {mode}"))
+    assert [row["ok"] for row in rows] == [[True] * 3] * 2
+
+
 #: The worker uses no Keras layers: tf_keras only where a TensorFlow 1 session holds Keras-free variables.
-GRAPH_CASES = [("eager", "0"), ("function", "0"), ("v1", "0"), ("v1", "1")]
+@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
+def test_many_collectives_in_a_tensorflow_1_session_agree_on_every_rank(legacy: str) -> None:
+    """A TensorFlow 1 session runs the 30 collectives in any order; object collectives and variables too.
 
-
-@pytest.mark.parametrize(("mode", "legacy"), GRAPH_CASES, ids=["eager", "function", "v1", "v1-tf_keras"])
-def test_many_collectives_in_one_graph_agree_on_every_rank(mode: str, legacy: str) -> None:
-    """Horovod's fused tests: 30 collectives evaluated at once; a TensorFlow 1 session runs them in any order."""
-    worker = [PY, str(WORKERS / "hvd_graph.py"), mode]
+    Its own launch: eager execution goes off before mldist starts, for the whole process.
+    """
+    worker = [PY, str(WORKERS / "hvd_graph.py"), "v1"]
     env = clean_env(TF_USE_LEGACY_KERAS=legacy)
     rows = results(check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], 180, env=env)).stdout)
     assert [row["ok"] for row in rows] == [[True] * 3] * 2
-    if mode == "v1":  # object collectives and variables inside the session, too
-        assert [row["objects"] for row in rows] == [[{"from": 1}, [0, 1], [1.0]]] * 2
+    assert [row["objects"] for row in rows] == [[{"from": 1}, [0, 1], [1.0]]] * 2
 
 
 def test_refused_features_say_what_to_use_instead() -> None:

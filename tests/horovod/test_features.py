@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -40,24 +41,17 @@ def test_timeline_fusion_threshold_and_callbacks(legacy: str, tmp_path: Path) ->
         assert any("Sequential" in e["name"] or "sequential" in e["name"] for e in events)
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_local_layers_keep_their_gradients(legacy: str) -> None:
-    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
-    worker = [PY, str(WORKERS / "hvd_partial.py")]
-    rows = results(
-        check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], env=env, timeout=240)).stdout
-    )
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_local_layers_keep_their_gradients(flavour: str, shared_hvd: Callable[[str, str], str]) -> None:
+    rows = results(shared_hvd(flavour, "hvd_partial.py"))
     assert [row["tape"] for row in rows] == [[1.5, 0.5], [1.5, 1.0]]  # mean of 1 and 2; own x / 2
     assert rows[0]["fit_shared"] == rows[1]["fit_shared"]  # averaged gradients: the same everywhere
     assert rows[0]["fit_local"] != rows[1]["fit_local"]  # each rank's own data moves its own layer
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_join_with_uneven_data_as_in_horovod(legacy: str) -> None:
-    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
-    worker = [PY, str(WORKERS / "hvd_join.py")]
-    res = check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], env=env, timeout=240))
-    r0, r1 = results(res.stdout)
+@pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
+def test_join_with_uneven_data_as_in_horovod(flavour: str, shared_hvd: Callable[[str, str], str]) -> None:
+    r0, r1 = results(shared_hvd(flavour, "hvd_join.py"))
     # Loop: 2 common steps of mean gradient 2 (w = -3), then rank 1 alone with 3 / 2 twice (w = -6).
     assert (r0["loop_w"], r1["loop_w"]) == (-3.0, -6.0)
     assert r0["loop_last"] == r1["loop_last"] == 1 and r0["fit_last"] == r1["fit_last"] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,12 @@ import pytest
 from helpers import ENGINES, PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
+#: tests/runtime/conftest.py's shared launches: (engine, name) -> (output, folder).
+Shared = Callable[[str, str], tuple[str, Path]]
 
 
-def test_collectives_on_two_workers(engine: str) -> None:
-    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, str(WORKERS / "collectives.py")]))
-    rows = results(res.stdout)
+def test_collectives_on_two_workers(engine: str, shared_engine: Shared) -> None:
+    rows = results(shared_engine(engine, "collectives")[0])
     assert len(rows) == 2
     for row in rows:
         assert row["engine"] == engine
@@ -57,23 +59,21 @@ def _fit(mode: str, out: Path, workers: int, engine: str = "auto") -> subprocess
     return mldist(["run", "-n", str(workers), "--communication", engine, "--", PY, *args], timeout=240)
 
 
-def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path, engine: str) -> None:
-    (tmp_path / "one").mkdir()
-    (tmp_path / "two").mkdir()
-    check(_fit("equivalence", tmp_path / "one", 1))
-    check(_fit("equivalence", tmp_path / "two", 2, engine))
-    w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
-    ref = np.load(tmp_path / "one" / "weights-0.npy")
+def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path, engine: str, shared_engine: Shared) -> None:
+    check(_fit("equivalence", tmp_path, 1))
+    two = shared_engine(engine, "equivalence")[1]
+    w0, w1 = (np.load(two / f"weights-{r}.npy") for r in (0, 1))
+    ref = np.load(tmp_path / "weights-0.npy")
     assert np.array_equal(w0, w1)  # bit-identical although the ranks were seeded differently
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 
 
-def test_applied_gradient_is_the_mean_of_the_workers_gradients(tmp_path: Path, engine: str) -> None:
-    check(_fit("meangrad", tmp_path, 2, engine))
-    g0, g1 = (np.load(tmp_path / f"grad-{r}.npy") for r in (0, 1))
+def test_applied_gradient_is_the_mean_of_the_workers_gradients(engine: str, shared_engine: Shared) -> None:
+    out = shared_engine(engine, "meangrad")[1]
+    g0, g1 = (np.load(out / f"grad-{r}.npy") for r in (0, 1))
     assert not np.allclose(g0, g1)  # the workers really had different data
     for r in (0, 1):
-        after = np.load(tmp_path / f"after-{r}.npy")
+        after = np.load(out / f"after-{r}.npy")
         np.testing.assert_allclose(after, 1.0 - (g0 + g1) / 2, rtol=1e-6)  # w0 = 1, lr = 1
 
 
@@ -104,18 +104,28 @@ def test_worker_mistakes_stop_before_training_with_a_clear_message(
     assert "Traceback" not in both
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_example_reaches_95_percent_with_two_workers(tmp_path: Path, backend: str) -> None:
+def test_example_reaches_95_percent_with_two_workers(digits_run: Path) -> None:
+    """The README's main job (tests/conftest.py runs it once for this test and the run-directory tests)."""
+    _reaches_95_percent(digits_run, (digits_run.parent / "console.txt").read_text())
+    assert "shuffle=True" not in (digits_run.parent / "stderr.txt").read_text()
+
+
+def test_example_reaches_95_percent_with_two_workers_on_jax(tmp_path: Path) -> None:
     example = ROOT / "examples" / "digits_cnn.py"
-    env = clean_env(KERAS_BACKEND=backend)
+    env = clean_env(KERAS_BACKEND="jax")
     res = check(mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], env=env, timeout=300))
-    r0, r1 = (json.loads((tmp_path / f"result-rank{r}.json").read_text()) for r in (0, 1))
+    _reaches_95_percent(tmp_path, res.stdout)
+    assert "shuffle=True" not in res.stderr
+
+
+def _reaches_95_percent(out: Path, stdout: str) -> None:
+    r0, r1 = (json.loads((out / f"result-rank{r}.json").read_text()) for r in (0, 1))
     assert (r0["size"], r1["rank"]) == (2, 1)
     assert r0["test_accuracy"] >= 0.95
     assert r0["weights_sha256"] == r1["weights_sha256"]
     # Progress is printed by rank 0 only, without Keras's warning about an ignored shuffle=True.
-    assert "[0] Epoch 1/" in res.stdout and "[1] Epoch" not in res.stdout
-    assert "shuffle=True" not in res.stdout + res.stderr
+    assert "[0] Epoch 1/" in stdout and "[1] Epoch" not in stdout
+    assert "shuffle=True" not in stdout
 
 
 def test_legacy_tf_keras_scope_fit_and_distributed_optimizer(engine: str) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from helpers import PY, WORKERS, check, clean_env, mldist, results, run_py
+from helpers import WORKERS, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
 THREADS = str(WORKERS / "threads.py")
@@ -21,9 +23,10 @@ def test_arguments_beat_variables_beat_the_plan_in_a_real_worker() -> None:
     assert row["overrides"] == "intra-op from MLDIST_INTRA_OP=3, inter-op from init(inter_op=2)"
 
 
-def test_two_workers_share_the_cores_without_a_cpus_per_task_variable() -> None:
-    res = check(mldist(["run", "-n", "2", "--communication", "ring", "--", PY, THREADS], timeout=180))
-    rows = results(res.stdout)
+def test_two_workers_share_the_cores_without_a_cpus_per_task_variable(
+    engine: str, shared_engine: Callable[[str, str], tuple[str, Path]]
+) -> None:
+    rows = results(shared_engine(engine, "threads")[0])
     share = max(1, (os.cpu_count() or 1) // 2)
     assert [(r["intra"], r["cpus"], r["overrides"]) for r in rows] == [(share, share, "")] * 2
 

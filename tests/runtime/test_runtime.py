@@ -9,40 +9,24 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, check, clean_env, mldist, results, run_py
+from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
 from mldist.base.procs import STARTUP_NOISE
 
 pytestmark = pytest.mark.slow
 
-WORKER = """
-import json, os, mldist
-ctx = mldist.init()
-assert mldist.init() is ctx                      # idempotent
-import tensorflow as tf
-s = mldist.strategy()
-@tf.function
-def total():
-    v = tf.constant(float(10 ** ctx.rank))
-    return s.reduce("SUM", s.run(lambda: v), axis=None)
-print("RESULT", json.dumps({
-    "rank": ctx.rank, "size": ctx.size, "local_rank": ctx.local_rank, "local_size": ctx.local_size,
-    "chief": ctx.is_chief, "launcher": ctx.launcher, "sum": float(total()),
-    "strategy": type(s).__name__, "comm": ctx.communication,
-    "intra": tf.config.threading.get_intra_op_parallelism_threads(),
-    "omp": os.environ.get("OMP_NUM_THREADS"), "no_proxy": os.environ.get("no_proxy", ""),
-}), flush=True)
-"""
+WORKER = str(WORKERS / "strategy_sum.py")
 
 
-def test_two_workers_under_mldist_run_share_one_collective(engine: str) -> None:
+def test_two_workers_under_mldist_run_share_one_collective(
+    engine: str, shared_engine: Callable[[str, str], tuple[str, Path]]
+) -> None:
     """mldist.strategy() works on both engines (under MPI it starts TensorFlow's collectives on demand)."""
-    env = clean_env(https_proxy="http://proxy.invalid:3128")
-    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, "-c", WORKER], env=env, timeout=180))
-    rows = results(res.stdout)
+    rows = results(shared_engine(engine, "strategy")[0])
     assert [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in rows] == [
         (0, 2, 0, 2),
         (1, 2, 1, 2),
@@ -57,7 +41,7 @@ def test_two_workers_under_mldist_run_share_one_collective(engine: str) -> None:
 
 
 def test_one_process_uses_no_collectives() -> None:
-    res = check(run_py("-c", WORKER))
+    res = check(run_py(WORKER))
     (row,) = results(res.stdout)
     assert (row["rank"], row["size"], row["sum"], row["comm"]) == (0, 1, 1.0, "none")
     assert row["strategy"] == "_DefaultDistributionStrategy"
@@ -96,7 +80,7 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(PY).parent))
 def test_open_mpi_mpiexec_with_host_discovery_over_mpi4py() -> None:
     env = clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MLDIST_PORT_BASE="24000")
     assert MPIEXEC is not None
-    cmd = [MPIEXEC, "-n", "2", "--oversubscribe", PY, "-c", WORKER]
+    cmd = [MPIEXEC, "-n", "2", "--oversubscribe", PY, WORKER]
     res = check(subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, cwd=ROOT))
     rows = results(res.stdout)
     assert [(r["rank"], r["size"], r["launcher"]) for r in rows] == [(0, 2, "openmpi"), (1, 2, "openmpi")]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, check, clean_env, mldist, processes_with, tail
+from helpers import PY, clean_env, mldist, processes_with, tail
 from mldist.keras.runlog import append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
 from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
@@ -75,21 +75,10 @@ def test_ssh_line_and_logdir_spec() -> None:
     assert ssh_user({}) == pwd.getpwuid(os.getuid()).pw_name != "you"  # no $USER in the job: the account's name
 
 
-@pytest.fixture(scope="module")
-def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's main job, short: 2 workers, 2 epochs, with a run directory (its console in console.txt)."""
-    base = tmp_path_factory.mktemp("digits")
-    run_dir = base / "run"
-    args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(ROOT / "examples" / "digits_cnn.py")]
-    res = check(mldist([*args, "--epochs", "2"], timeout=600, cwd=base))
-    (base / "console.txt").write_text(res.stdout)
-    return run_dir
-
-
 @pytest.mark.slow
 def test_the_example_writes_its_results_into_the_run_directory_and_names_it_last(digits_run: Path) -> None:
     base = digits_run.parent
-    assert sorted(p.name for p in base.iterdir()) == ["console.txt", "run"]  # no second results folder
+    assert sorted(p.name for p in base.iterdir()) == ["console.txt", "run", "stderr.txt"]  # no second results folder
     assert [json.loads((digits_run / f"result-rank{r}.json").read_text())["rank"] for r in (0, 1)] == [0, 1]
     last = (base / "console.txt").read_text().splitlines()[-1]
     assert last.startswith("[0] 2 worker(s): test accuracy") and last.endswith(f"results in {digits_run}/")
@@ -101,8 +90,8 @@ def test_a_training_run_leaves_metrics_plot_events_and_summary(digits_run: Path)
     assert json.loads((d / "config.json").read_text())["ranks"] == 2
     assert "rank 0 of 2" in (d / "rank-0.log").read_text() and "rank 1 of 2" in (d / "rank-1.log").read_text()
     rows = list(csv.DictReader((d / "metrics.csv").open()))
-    assert [r["epoch"] for r in rows] == ["1", "2"] and float(rows[-1]["samples_per_second"]) > 0
-    assert [json.loads(line)["epoch"] for line in (d / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert [r["epoch"] for r in rows] == [str(e) for e in range(1, 21)] and float(rows[-1]["samples_per_second"]) > 0
+    assert [json.loads(line)["epoch"] for line in (d / "metrics.jsonl").read_text().splitlines()] == list(range(1, 21))
     image = (d / "metrics.png").read_bytes()
     assert image.startswith(PNG) and len(image) > 5000
     assert list(d.glob("tensorboard/**/events.out.tfevents.*"))
