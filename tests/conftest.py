@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 # Failed asserts inside the helper modules show their values too, as in test modules.
 pytest.register_assert_rewrite("helpers", "harness")
 
-from helpers import ENGINES, PY, ROOT, check, mldist  # noqa: E402 - after the rewrite is registered
+from helpers import ENGINES, PY, ROOT, WORKERS, check, clean_env, mldist, run_py  # noqa: E402 - after the rewrite is registered
 
 # Programs and data, not tests: workers run under the launcher and stand-ins under rendered
 # scripts (importing either would run it); fixtures and golden hold captured data and scripts.
@@ -38,6 +39,24 @@ def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def one_process_fit(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``ref(backend)``: the folder of tests/workers/fit_modes.py's equivalence run in one process on
+    that Keras backend (its weights-0.npy), run once per session and backend: the reference of the
+    2-worker runs on every engine and launcher."""
+    done: dict[str, Path] = {}
+
+    def ref(backend: str) -> Path:
+        if backend not in done:
+            out = tmp_path_factory.mktemp(f"one-process-{backend}")
+            argv = [str(WORKERS / "fit_modes.py"), "equivalence", str(out)]
+            check(run_py(*argv, timeout=240, env=clean_env(KERAS_BACKEND=backend)))
+            done[backend] = out
+        return done[backend]
+
+    return ref
+
+
 @pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest) -> str:
     """Each test that takes it runs once per CPU engine."""
@@ -55,12 +74,21 @@ GROUPS = (
         "digits",
     ),
     # The users of the shared launches of tests/runtime/conftest.py and tests/horovod/conftest.py.
-    (r"tests/runtime/test_\w+\.py::test_(two_workers_[mus]|collectives_on_two|applied_)\w*\[(\w+)\]", r"engine-\2"),
+    (r"tests/runtime/test_\w+\.py::test_(two_workers_[mus]|collectives_on_two|applied_)\w*\[\w+\]", "engine"),
+    (r"tests/runtime/test_jax\.py::test_two_jax_workers_match\w+\[", "engine"),  # one_process_fit
     (r"tests/horovod/test_\w+\.py::test_(mismatches|horovods_own|many_collectives_in_one|local_|join_|sync_)", "hvd"),
     (r"tests/horovod/test_\w+\.py::test_(every_function\w+_3_mpi_\w+|collectives_over_a_process_set\w+\[\w+\])", "hvd"),
 )
 #: The fixtures behind those groups: a test that uses one must be in a group (checked at collection).
-GROUPED_FIXTURES = ("slurm_env", "hosts_env", "reference", "digits_run", "shared_hvd", "shared_engine")
+GROUPED_FIXTURES = (
+    "slurm_env",
+    "hosts_env",
+    "reference",
+    "digits_run",
+    "shared_hvd",
+    "shared_engine",
+    "one_process_fit",
+)
 
 
 def group_of(nodeid: str) -> str | None:

@@ -3,7 +3,7 @@
 Each needs 2 ranks of one engine and nothing of its own from the launcher, so one ``mldist run`` per
 engine runs all their scripts one after another: every rank starts Python, TensorFlow and mldist
 once instead of once per check. The tests that use :func:`shared_engine` form one pytest-xdist group
-per engine (tests/conftest.py), so each launch happens once per session.
+(tests/conftest.py), so each launch happens once per session.
 """
 
 from __future__ import annotations

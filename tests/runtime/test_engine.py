@@ -59,11 +59,12 @@ def _fit(mode: str, out: Path, workers: int, engine: str = "auto") -> subprocess
     return mldist(["run", "-n", str(workers), "--communication", engine, "--", PY, *args], timeout=240)
 
 
-def test_two_workers_match_one_process_on_the_whole_batch(tmp_path: Path, engine: str, shared_engine: Shared) -> None:
-    check(_fit("equivalence", tmp_path, 1))
+def test_two_workers_match_one_process_on_the_whole_batch(
+    engine: str, shared_engine: Shared, one_process_fit: Callable[[str], Path]
+) -> None:
     two = shared_engine(engine, "equivalence")[1]
     w0, w1 = (np.load(two / f"weights-{r}.npy") for r in (0, 1))
-    ref = np.load(tmp_path / "weights-0.npy")
+    ref = np.load(one_process_fit("tensorflow") / "weights-0.npy")
     assert np.array_equal(w0, w1)  # bit-identical although the ranks were seeded differently
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,18 +51,17 @@ def test_one_jax_process_needs_no_runtime() -> None:
 
 
 @pytest.mark.parametrize("launcher", ["mldist run", "mpirun"])
-def test_two_jax_workers_match_one_process_on_the_whole_batch(tmp_path: Path, launcher: str) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir()
-    two.mkdir()
+def test_two_jax_workers_match_one_process_on_the_whole_batch(
+    tmp_path: Path, launcher: str, one_process_fit: Callable[[str], Path]
+) -> None:
+    two = tmp_path
     args = [str(WORKERS / "fit_modes.py"), "equivalence"]
-    check(run_py(*args, str(one), env=JAX, timeout=240))
     if launcher == "mpirun":
         check(_mpirun(*args, str(two)))
     else:
         check(mldist(["run", "-n", "2", "--", PY, *args, str(two)], env=JAX, timeout=240))
     w0, w1 = (np.load(two / f"weights-{r}.npy") for r in (0, 1))
-    ref = np.load(one / "weights-0.npy")
+    ref = np.load(one_process_fit("jax") / "weights-0.npy")
     assert np.array_equal(w0, w1)
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 

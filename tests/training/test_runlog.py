@@ -128,7 +128,7 @@ def test_tensorboard_answers_on_loopback_and_prints_the_ssh_line(digits_run: Pat
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 60  # no hang: TensorBoard starts in seconds, slower on a loaded machine
     assert processes_with(str(digits_run)) == []  # TensorBoard went with it
 
 
