@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, check, clean_env, mldist, processes_with, wait_for
-from mldist.launch.local import RunConfig, worker_env
+from mldist.launch.local import RunConfig, failure_order, worker_env
 from mldist.placement.resources import cpu_probe
 
 
@@ -136,3 +136,11 @@ def test_an_inherited_low_omp_num_threads_gets_one_note_and_is_passed_on() -> No
     assert len(notes) == (1 if not probe.pinned and probe.total > 1 else 0), res.stderr
     res = check(mldist(["run", "-n", "1", "--no-run-dir", "--", PY, "-c", show]))
     assert "note:" not in res.stderr and res.stdout == "[0] None\n"
+
+
+def test_the_first_failure_is_the_earliest_then_a_killed_rank() -> None:
+    # Both ended between two looks: mpiexec's times decide; without them a rank killed by a signal
+    # comes before one that exited (it may have exited because its peer died).
+    assert failure_order([(0, 1), (1, -9)], {0: 0.0, 1: 0.0}) == [(1, -9), (0, 1)]
+    assert failure_order([(0, 1), (1, -9)], {0: 5.0, 1: 6.0}) == [(0, 1), (1, -9)]
+    assert failure_order([(1, 1), (0, 0)], {}) == [(0, 0), (1, 1)]

@@ -148,9 +148,23 @@ def _world_to_form(nprocs: int, env: Mapping[str, str]) -> engines.MpiWorld | st
 
 
 def _finished(group: Group, pending: set[int]) -> list[tuple[int, int]]:
-    """(rank, code) of the ranks that ended since the last look, earliest first where known."""
+    """(rank, code) of the ranks that ended since the last look, in :func:`failure_order`."""
     done = [(rank, code) for rank in sorted(pending) if (code := group.procs[rank].poll()) is not None]
-    return sorted(done, key=lambda rc: getattr(group.procs[rc[0]], "finished_at", 0.0))
+    return failure_order(done, {rank: getattr(group.procs[rank], "finished_at", 0.0) for rank, _ in done})
+
+
+def failure_order(done: list[tuple[int, int]], finished_at: Mapping[int, float]) -> list[tuple[int, int]]:
+    """Ranks that ended between two looks, the likely first failure first: by time where the group
+    knows it (mpiexec's reports), then a rank killed by a signal before one that exited, then by rank.
+
+    A killed rank cannot have died of its peers' failure, while an exit code can follow one (a
+    collective aborted because a peer died): under load both can end between two looks.
+
+    Example:
+        >>> failure_order([(0, 1), (1, -9)], {0: 0.0, 1: 0.0})
+        [(1, -9), (0, 1)]
+    """
+    return sorted(done, key=lambda rc: (finished_at.get(rc[0], 0.0), rc[1] >= 0, rc[0]))
 
 
 def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, str | None]:
