@@ -65,7 +65,8 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 #: Tests that must share one pytest-xdist worker, by node id (the scheduler sees only ids): the
 #: services (Slurm cluster, sshd hosts: they edit /etc/hosts and start daemons) one after the other,
-#: and the tests of one module-scoped run of real workers, so that run happens once.
+#: and the tests that read one run or shared launch of real workers (module- or session-scoped
+#: fixtures), so that it happens once.
 GROUPS = (
     (r"tests/(slurm/|launch/test_hosts\.py)", "services"),
     (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(\w+)\]", r"checkpoint-\2"),
