@@ -100,6 +100,18 @@ def results(stdout: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: int(r["rank"]))
 
 
+def scenarios_argv(runs: Sequence[Sequence[str]]) -> list[str]:
+    """``python tests/workers/scenarios.py`` and its arguments for several scripts (each with its arguments).
+
+    >>> scenarios_argv([["a.py", "x"], ["b.py"]])[2:]
+    ['a.py', 'x', '+', 'b.py']
+    """
+    args: list[str] = []
+    for run in runs:
+        args += [*(["+"] if args else []), *run]
+    return [PY, str(WORKERS / "scenarios.py"), *args]
+
+
 def scenario(stdout: str, key: str) -> str:
     """The lines that each rank printed for one script of tests/workers/scenarios.py (prefix kept).
 

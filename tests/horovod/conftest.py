@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from helpers import LEGACY_KERAS, PY, WORKERS, check, clean_env, mldist, scenario
+from helpers import LEGACY_KERAS, check, clean_env, mldist, scenario, scenarios_argv
 
 #: Launch -> (ranks, Keras flavour, the scripts with their arguments in launch order); all on the MPI engine.
 SHARED: dict[str, tuple[int, str, list[str]]] = {
@@ -42,10 +42,7 @@ SHARED: dict[str, tuple[int, str, list[str]]] = {
 
 def _launch(name: str) -> subprocess.CompletedProcess[str]:
     ranks, flavour, keys = SHARED[name]
-    scripts: list[str] = []
-    for key in keys:
-        scripts += [*(["+"] if scripts else []), *key.split()]
-    argv = ["run", "-n", str(ranks), "--communication", "mpi", "--", PY, str(WORKERS / "scenarios.py"), *scripts]
+    argv = ["run", "-n", str(ranks), "--communication", "mpi", "--", *scenarios_argv([k.split() for k in keys])]
     return mldist(argv, timeout=360, env=clean_env(TF_USE_LEGACY_KERAS=LEGACY_KERAS[flavour]))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, WORKERS, check, clean_env, mldist, scenario
+from helpers import check, clean_env, mldist, scenario, scenarios_argv
 
 #: Name -> the script and its arguments (OUT: the scenario's own empty folder), in launch order.
 SHARED = {
@@ -27,11 +27,10 @@ SHARED = {
 
 
 def _launch(engine: str, base: Path) -> subprocess.CompletedProcess[str]:
-    scripts: list[str] = []
-    for name, run in SHARED.items():
+    for name in SHARED:
         (base / name).mkdir(parents=True)
-        scripts += [*(["+"] if scripts else []), *(str(base / name) if arg == "OUT" else arg for arg in run)]
-    argv = ["run", "-n", "2", "--communication", engine, "--", PY, str(WORKERS / "scenarios.py"), *scripts]
+    runs = [[str(base / name) if arg == "OUT" else arg for arg in run] for name, run in SHARED.items()]
+    argv = ["run", "-n", "2", "--communication", engine, "--", *scenarios_argv(runs)]
     # A proxy as on a login node: the workers' no_proxy must keep their own traffic local.
     return mldist(argv, timeout=360, env=clean_env(https_proxy="http://proxy.invalid:3128"))
 
