@@ -16,8 +16,9 @@ pytest.register_assert_rewrite("helpers", "harness")
 from helpers import ENGINES, PY, ROOT, WORKERS, check, clean_env, mldist, run_py  # noqa: E402 - after the rewrite is registered
 
 # Programs and data, not tests: workers run under the launcher and stand-ins under rendered
-# scripts (importing either would run it); fixtures and golden hold captured data and scripts.
-collect_ignore = ["workers", "fixtures", "standins", "golden"]
+# scripts (importing either would run it); fixtures and golden hold captured data and scripts; lean
+# is the sitecustomize of the processes tests start (helpers.clean_env).
+collect_ignore = ["workers", "fixtures", "standins", "golden", "lean"]
 
 
 @pytest.fixture

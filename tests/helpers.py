@@ -23,6 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 WORKERS = TESTS / "workers"  # worker programs run under the launcher (never imported)
+#: On PYTHONPATH of every process a test starts: TensorFlow's optional imports (lean/sitecustomize.py).
+LEAN = TESTS / "lean"
 PY = sys.executable
 #: The collective engines of CPU workers; `mldist run --communication ENGINE` picks one.
 ENGINES = ("mpi", "ring")
@@ -45,7 +47,8 @@ atexit.register(shutil.rmtree, _PRTE_BASE, True)
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without launcher variables, plus ``extra``.
 
-    Each call gets its own Open MPI session directory base (``PRTE_MCA_prte_tmpdir_base``).
+    Each call gets its own Open MPI session directory base (``PRTE_MCA_prte_tmpdir_base``), and
+    :data:`LEAN` first on ``PYTHONPATH`` unless ``extra`` sets it.
     """
     prefixes = ("MLDIST_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "ALPS_", "PBS_", "TF_CONFIG")
     # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
@@ -54,6 +57,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     # Default run directories of `mldist run` go to a scratch folder, not into the checkout.
     env["MLDIST_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / "mldist-test-runs")
     env["PRTE_MCA_prte_tmpdir_base"] = tempfile.mkdtemp(dir=_PRTE_BASE)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(LEAN), env.get("PYTHONPATH"))))
     env.update(extra)
     return env
 

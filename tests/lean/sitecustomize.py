@@ -1,0 +1,52 @@
+"""Test workers only: TensorFlow and Keras skip their optional sklearn, matplotlib and jax hooks.
+
+``helpers.clean_env`` puts this folder on ``PYTHONPATH`` for every process a test starts.
+``import tensorflow`` loads Keras, and Keras and ``tf.lite`` then import scikit-learn (the
+sklearn wrappers), matplotlib (an image-gallery plot) and JAX (a converter) when they are
+installed: about 2.7 of 7 CPU seconds of every TensorFlow worker's start on this machine, and
+the test suite starts hundreds. Each of those imports sits in ``try/except ImportError``, and
+no test uses the features behind them.
+
+Only imports made by those TensorFlow/Keras modules fail here. The same library imported by a
+test's worker, an example or mldist itself (digits from scikit-learn, Keras on JAX, bench's
+plots) loads as usual, so nothing mldist does is hidden from the tests.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from collections.abc import Sequence
+from types import FrameType, ModuleType
+
+#: Importing module (prefix) -> the optional top-level library it does not get.
+_SKIPPED = (
+    ("keras.src.wrappers", "sklearn"),
+    ("keras.src.visualization", "matplotlib"),
+    ("keras.src.callbacks.orbax_checkpoint", "jax"),
+    ("tensorflow.lite", "jax"),
+)
+_LIBRARIES = frozenset(lib for _, lib in _SKIPPED)
+
+
+def _importer(frame: FrameType | None) -> str:
+    """The module whose code runs the import: the first frame outside the import system."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if not name.startswith(("importlib", "_frozen_importlib")) and name != __name__:
+            return str(name)
+        frame = frame.f_back
+    return ""
+
+
+class _SkipOptional(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> None:
+        top = fullname.partition(".")[0]
+        if top in _LIBRARIES and fullname == top:
+            importer = _importer(sys._getframe(1))
+            if any(importer.startswith(prefix) and lib == top for prefix, lib in _SKIPPED):
+                raise ImportError(f"{top} is skipped for {importer} in mldist's test workers")
+        return None
+
+
+sys.meta_path.insert(0, _SkipOptional())
