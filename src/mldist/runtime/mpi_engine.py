@@ -8,7 +8,7 @@ they run eagerly, in ``tf.function`` and in Keras ``fit`` (not under XLA).
 
 All-reduces write into their (owned) input buffers: TensorFlow takes the
 result back without a copy. Before each call every rank joins one tiny
-``MPI_Allreduce(MAX)`` of a signature and its negation (kind, op or root, buffer count, sizes, dtypes):
+``MPI_Iallreduce(MAX)`` of a signature and its negation (kind, op or root, buffer count, sizes, dtypes):
 ranks that disagree all raise :class:`mldist.errors.CollectiveMismatch` naming what
 each rank passed, instead of hanging or reducing mismatched memory. float16/bfloat16 are summed
 in float32, bool as int32; broadcast and allgather move raw bytes.
@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement
-from . import compat, mpi_join, stall, subsets
+from . import compat, mpi_join, mpi_wait, stall, subsets
 from .failures import Deferred
 from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
@@ -61,6 +61,7 @@ def start(comm: Any = None) -> Any:
         from mpi4py import MPI
 
         world = comm or MPI.COMM_WORLD
+        mpi_wait.wait(world.Ibarrier())  # ranks start at different times; the early ones sleep here
         _World.comm = _World.active = world.Dup()
         _World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
         _World.departures.watch()
@@ -136,13 +137,14 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     """True if all ranks pass the same signature; else every rank raises CollectiveMismatch naming them all
     (or, in an eager call, leaves it to :class:`~mldist.runtime.failures.Deferred` and returns False).
 
-    One 80-byte ``MPI_Allreduce`` per collective (a few microseconds on a node): it is what
-    turns a mismatch into one line on every rank instead of a hang or reduced garbage.
+    One 80-byte ``MPI_Iallreduce`` per collective (a few microseconds on a node): it is what
+    turns a mismatch into one line on every rank instead of a hang or reduced garbage, and where
+    the first ranks wait for the last without busy-polling (:mod:`mldist.runtime.mpi_wait`).
     """
     from mpi4py import MPI
 
     both = _signature(kind, arg, arrays)
-    _World.active.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+    mpi_wait.wait(_World.active.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # where ranks wait for each other
     agreed = np.array_equal(both[:4], -both[4:8])
     if both[8]:  # a rank has joined (hvd.join): it answers all-reduces, nothing else
         return _with_joined(kind, arrays, agreed, int(-both[9]))

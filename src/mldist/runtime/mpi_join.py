@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from . import mpi_wait
+
 #: What a joined rank puts in the agreement all-reduce: the smallest int64 (ignored by MAX).
 JOINED = np.iinfo(np.int64).min
 #: Agreement codes of the all-reduces joined ranks answer (see mpi_engine._KINDS).
@@ -79,7 +81,7 @@ def join_rounds(comm: Any, rank: int, begin: Callable[[], None], end: Callable[[
         try:
             both = np.full(10, JOINED, np.int64)
             both[8] = 1
-            comm.Allreduce(MPI.IN_PLACE, both, MPI.MAX)
+            mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # matches the engine's signature
             if both[0] == JOINED:  # no active rank is left: everyone has joined
                 stamps = comm.allgather((joined_at, rank))
                 return int(max(stamps)[1])
