@@ -21,15 +21,21 @@ from mldist.keras.runlog import append_row, epoch_row, plot_png, read_rows, reso
 from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
-# Plain python (no launcher): a tiny model with validation data, default callbacks, then RunLog(None).
+# Plain python (no launcher): a tiny model with validation data, default callbacks, then RunLog(None),
+# then a RunLog that may redraw its plot only once an hour: drawn when fit ends, not after each epoch.
 PLAIN = """
-import keras, numpy as np, mldist, mldist.keras
+import os, keras, numpy as np, mldist, mldist.keras
 mldist.init()
 x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32"); y = (x[:, 0] > 0).astype("int64")
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
 model.fit(x, y, batch_size=32, epochs=3, validation_split=0.25, verbose=0, callbacks=mldist.keras.default_callbacks())
 model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[mldist.keras.RunLog(None)])
+class Probe(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        print("plot after epoch", epoch, os.path.exists("hourly/metrics.png"))
+model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[mldist.keras.RunLog("hourly", plot_every=3600), Probe()])
+print("plot after fit", os.path.exists("hourly/metrics.png"))
 """
 
 
@@ -144,6 +150,9 @@ def test_plain_python_gets_a_default_run_dir_with_validation_curves(tmp_path: Pa
     assert len(rows) == 3 and rows[0]["val_loss"] and rows[0]["val_accuracy"]  # RunLog(None) added no row
     assert json.loads((made / "rank-0.metrics.json").read_text())["batch_size"] == 32
     assert (made / "metrics.png").read_bytes().startswith(PNG) and list(made.glob("tensorboard/validation/*"))
+    probed = [line for line in res.stdout.splitlines() if line.startswith("plot after")]
+    assert probed == ["plot after epoch 0 False", "plot after epoch 1 False", "plot after fit True"], res.stdout
+    assert len(list(csv.DictReader((tmp_path / "hourly" / "metrics.csv").open()))) == 2
 
 
 def test_tensorboard_refuses_a_missing_run_dir(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ Rank 0 writes, once per epoch:
   ``samples_per_second`` of all workers, estimated as rank 0's rate times the workers,
   since every rank runs the same steps in step);
 - ``metrics.png``, loss and the other metrics (training solid, validation dashed) over
-  the epochs so far (needs matplotlib; without it one warning and no plot);
+  the epochs so far (needs matplotlib; without it one warning and no plot), redrawn at an
+  epoch's end once ``plot_every`` seconds (60) have passed since the last drawing, and when
+  ``fit`` ends: a drawing takes rank 0 most of a second, and the other ranks wait for it;
 - TensorBoard events under ``tensorboard/train`` and ``tensorboard/validation``
   (tags ``epoch_loss``, ``epoch_accuracy``, ...; see ``mldist tensorboard``).
 
@@ -257,6 +259,7 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
             a directory (every rank), or None (do nothing).
         batch_size: per-worker batch size for samples/s; default: found from ``fit``'s data.
         plot: draw metrics.png (rank 0).
+        plot_every: least seconds between two drawings during training (it is drawn when fit ends).
         tensorboard: write TensorBoard events (rank 0).
 
     Example::
@@ -271,10 +274,14 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
         *,
         batch_size: int | None = None,
         plot: bool = True,
+        plot_every: float = 60.0,
         tensorboard: bool = True,
     ) -> None:
         super().__init__()
         self.run_dir, self.batch_size, self.plot, self.tensorboard = run_dir, batch_size, plot, tensorboard
+        self.plot_every = plot_every
+        self._plotted_at = 0.0
+        self._unplotted = False
         self.path: Path | None = None
         self.rows: list[dict[str, Any]] = []
         self.warned: set[str] = set()
@@ -304,6 +311,7 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
         if not self._chief:
             return
         self.rows = read_rows(self.path)
+        self._plotted_at, self._unplotted = time.perf_counter(), False
         if str(self.run_dir) == AUTO and not os.environ.get(RUN_DIR_ENV):
             print(f"mldist.keras.RunLog: metrics, plot and TensorBoard events in {found}", flush=True)
         if self.tensorboard and self._writers is None:
@@ -358,20 +366,29 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
             append_row(self.path, row)
         except OSError as exc:
             self._warn("metrics.csv/metrics.jsonl", exc)
-        if self.plot:
-            try:
-                atomic_write(self.path / "metrics.png", plot_png(self.rows, self.path.name))
-            except ImportError:
-                self._warn("metrics.png", "matplotlib is not installed: pip install matplotlib")
-            except Exception as exc:
-                self._warn("metrics.png", exc)
+        self._unplotted = self.plot
+        if time.perf_counter() - self._plotted_at >= self.plot_every:
+            self._draw()
         if self._writers is not None:
             try:
                 self._writers.scalars(epoch, row)
             except Exception as exc:
                 self._warn("TensorBoard events", exc)
 
+    def _draw(self) -> None:
+        """Rank 0: metrics.png of the rows so far, if any epoch ended since the last drawing."""
+        if not self._unplotted or self.path is None:
+            return
+        self._plotted_at, self._unplotted = time.perf_counter(), False
+        try:
+            atomic_write(self.path / "metrics.png", plot_png(self.rows, self.path.name))
+        except ImportError:
+            self._warn("metrics.png", "matplotlib is not installed: pip install matplotlib")
+        except Exception as exc:
+            self._warn("metrics.png", exc)
+
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._draw()
         if self._writers is not None:
             self._writers.close()
             self._writers = None
