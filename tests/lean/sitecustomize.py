@@ -2,10 +2,10 @@
 
 ``helpers.clean_env`` puts this folder on ``PYTHONPATH`` for every process a test starts.
 ``import tensorflow`` loads Keras, and Keras and ``tf.lite`` then import scikit-learn (the
-sklearn wrappers), matplotlib (an image-gallery plot) and JAX (a converter) when they are
-installed: about 2.7 of 7 CPU seconds of every TensorFlow worker's start on this machine, and
-the test suite starts hundreds. Each of those imports sits in ``try/except ImportError``, and
-no test uses the features behind them.
+sklearn wrappers), matplotlib (an image-gallery plot) and JAX (the Orbax checkpoint callback,
+a tf.lite converter) when they are installed: about 2.7 of 7 CPU seconds of every TensorFlow
+worker's start on this machine, and the test suite starts hundreds. Each of those imports
+sits in ``try/except ImportError``, and no test uses the features behind them.
 
 Only imports made by those TensorFlow/Keras modules fail here. The same library imported by a
 test's worker, an example or mldist itself (digits from scikit-learn, Keras on JAX, bench's
