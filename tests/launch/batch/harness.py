@@ -193,7 +193,8 @@ class Job:
 def base_env(bindir: Path, log: Path, tmp: Path) -> dict[str, str]:
     drop = ("BASH_FUNC_", "COBALT_", "OMP_", "APPTAINER", "CONDA", "STANDIN_", "MY_")
     env = {k: v for k, v in clean_env().items() if not k.startswith(drop)}
-    for key in ("BASH_ENV", "ENV", "VIRTUAL_ENV", "PYTHONHOME"):
+    # PYTHONPATH too: the stand-ins record what the script sets (a container inherits the job's).
+    for key in ("BASH_ENV", "ENV", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"):
         env.pop(key, None)
     (tmp / "tmpdir").mkdir(exist_ok=True)
     env.update(PATH=f"{bindir}:{os.environ['PATH']}", MLDIST_STANDIN_LOG=str(log), TMPDIR=str(tmp / "tmpdir"))
