@@ -23,6 +23,7 @@ SHARED = {
     "collectives": ["collectives.py"],
     "equivalence": ["fit_modes.py", "equivalence", "OUT"],
     "meangrad": ["fit_modes.py", "meangrad", "OUT"],
+    "patience": ["patience.py"],
 }
 
 

@@ -17,6 +17,16 @@ pytestmark = pytest.mark.slow
 Shared = Callable[[str, str], tuple[str, Path]]
 
 
+def test_collectives_on_two_workers_wait_for_a_late_rank_without_spinning(engine: str, shared_engine: Shared) -> None:
+    """Rank 1 reaches an all-reduce 3 s late: rank 0 waits there on a fraction of a core (a blocking
+    MPI call busy-polled a whole one, taken from the rank it waited for on a shared node)."""
+    out = shared_engine(engine, "patience")[0]
+    (line,) = [line for line in out.splitlines() if line.startswith("[0] WAITED ")]
+    cpu, wall = (float(v) for v in line.split()[2:])
+    assert wall >= 2.5, line  # rank 0 did wait for rank 1
+    assert cpu < 0.25 * wall, f"rank 0 used {cpu:.2f} CPU-s of a {wall:.2f} s wait: {line}"
+
+
 def test_collectives_on_two_workers(engine: str, shared_engine: Shared) -> None:
     rows = results(shared_engine(engine, "collectives")[0])
     assert len(rows) == 2
