@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, clean_env, mldist, processes_with, tail
-from mldist.keras.runlog import append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
+from mldist.errors import ConfigError
+from mldist.keras.runlog import RunLog, append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
 from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -46,6 +47,12 @@ def test_where_runlog_writes() -> None:
     assert made is not None and made.parent == Path("runs") and made.name.startswith("train-")
     assert resolve_run_dir("mine", 5, {"MLDIST_RUN_DIR": "/r/a"}, []) == Path("mine")
     assert resolve_run_dir(None, 0, {"MLDIST_RUN_DIR": "/r/a"}, []) is None
+
+
+@pytest.mark.parametrize("bad", ["60", -1, float("nan"), True])
+def test_plot_every_must_be_seconds(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"plot_every=.*: use a number of seconds >= 0"):
+        RunLog(plot_every=bad)  # type: ignore[arg-type]
 
 
 def test_rows_and_speed() -> None:

@@ -50,6 +50,7 @@ import keras
 from .. import runtime
 from ..base.files import atomic_write
 from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
+from ..errors import ConfigError
 
 #: ``run_dir`` value that follows ``$MLDIST_RUN_DIR`` (or makes a default directory on rank 0).
 AUTO = "auto"
@@ -279,7 +280,10 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
     ) -> None:
         super().__init__()
         self.run_dir, self.batch_size, self.plot, self.tensorboard = run_dir, batch_size, plot, tensorboard
-        self.plot_every = plot_every
+        # Checked here: a string or NaN would otherwise fail (or never draw) at the first epoch's end.
+        if isinstance(plot_every, bool) or not isinstance(plot_every, int | float) or not plot_every >= 0:
+            raise ConfigError(f"plot_every={plot_every!r}: use a number of seconds >= 0 (0: after every epoch)")
+        self.plot_every = float(plot_every)
         self._plotted_at = 0.0
         self._unplotted = False
         self.path: Path | None = None
