@@ -41,11 +41,10 @@ def _importer(frame: FrameType | None) -> str:
 
 class _SkipOptional(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> None:
-        top = fullname.partition(".")[0]
-        if top in _LIBRARIES and fullname == top:
+        if fullname in _LIBRARIES:  # the top-level package: its submodules never load without it
             importer = _importer(sys._getframe(1))
-            if any(importer.startswith(prefix) and lib == top for prefix, lib in _SKIPPED):
-                raise ImportError(f"{top} is skipped for {importer} in mldist's test workers")
+            if any(importer.startswith(prefix) and lib == fullname for prefix, lib in _SKIPPED):
+                raise ImportError(f"{fullname} is skipped for {importer} in mldist's test workers")
         return None
 
 
