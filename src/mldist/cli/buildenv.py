@@ -13,34 +13,16 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..launch.batch.build import build_spec
-from ..launch.batch.buildenv import (
-    FREEZE_NAME,
-    BuildRequest,
-    build_command,
-    check_venv_path,
-    constraints_of,
-    follow_up,
-    install_target,
-    running_source,
-)
-from ..launch.batch.records import submit
-from ..launch.batch.render import render
-from ..launch.batch.spec import JobSpec
-from ..launch.batch.wheelhouse import (
-    PLATFORM,
-    PYTHON_VERSION,
-    Wheelhouse,
-    download_argv,
-    fill_wheelhouse,
-    python_of_modules,
-    wheelhouse_source,
-)
+from ..launch.batch.wheelhouse import PLATFORM, PYTHON_VERSION, Wheelhouse
 from .common import Handler, add_command
 from .jobs import add_job_options
+
+if TYPE_CHECKING:  # the job builders load when the command runs, not for every mldist command
+    from ..launch.batch.buildenv import BuildRequest
+    from ..launch.batch.spec import JobSpec
 
 EXAMPLE = """\
 example:
@@ -128,6 +110,8 @@ def _absolute(text: str, flag: str) -> Path:
 
 def _source(text: str | None) -> str:
     """What ``--source`` names (an existing path, made absolute, or a requirement), else the running mldist's."""
+    from ..launch.batch.buildenv import running_source
+
     if text is None:
         return running_source()
     if text.startswith(("/", ".", "~")) or Path(text).exists():
@@ -170,6 +154,8 @@ class BuildPlan:
     @property
     def target(self) -> str:
         """What the job's pip installs."""
+        from ..launch.batch.buildenv import install_target
+
         return install_target(self.request.source, self.request.flavour)
 
 
@@ -180,6 +166,10 @@ def build_plan(args: argparse.Namespace, now: float | None = None) -> BuildPlan:
         args: the parsed ``build-env`` options.
         now: the time stamped into the default output directory (default: now).
     """
+    from ..launch.batch.build import build_spec
+    from ..launch.batch.buildenv import BuildRequest, build_command, check_venv_path, constraints_of
+    from ..launch.batch.wheelhouse import python_of_modules, wheelhouse_source
+
     venv = _absolute(args.build_venv, "--venv")
     check_venv_path(venv)
     requirements = None
@@ -204,6 +194,11 @@ def build_plan(args: argparse.Namespace, now: float | None = None) -> BuildPlan:
 
 
 def _cmd_build_env(args: argparse.Namespace) -> int:
+    from ..launch.batch.buildenv import FREEZE_NAME, follow_up
+    from ..launch.batch.records import submit
+    from ..launch.batch.render import render
+    from ..launch.batch.wheelhouse import download_argv, fill_wheelhouse
+
     plan = build_plan(args)
     req, house = plan.request, plan.wheelhouse
     if args.dry_run:
