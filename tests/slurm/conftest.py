@@ -9,6 +9,7 @@ folder's conftest.py cannot be imported by name (every folder has one).
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 
@@ -17,6 +18,8 @@ import pytest
 from helpers import ROOT, clean_env, mldist, start_service, stop_service
 
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
+#: Slurm job states after which nothing changes without a requeue.
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
 @pytest.fixture(scope="session")
@@ -37,17 +40,30 @@ def submit_job(env: dict[str, str], *args: str) -> str:
     return m.group(1)
 
 
+def slurm_state(env: dict[str, str], job: str) -> str:
+    """The job's JobState from ``scontrol`` (a C program: milliseconds where ``mldist status`` takes
+    a Python start-up); "" while Slurm does not know the job yet."""
+    res = subprocess.run(["scontrol", "show", "job", "-o", job], env=env, capture_output=True, text=True, timeout=60)
+    m = re.search(r"\bJobState=(\w+)", res.stdout)
+    return m.group(1) if m else ""
+
+
 def wait_for_state(env: dict[str, str], job: str, states: set[str], timeout: float = 300) -> str:
-    """Poll ``mldist status JOB`` until its state is one of ``states``; the status line."""
+    """Poll until ``mldist status JOB`` shows one of ``states``; the status line.
+
+    ``scontrol`` polls each second; ``mldist status`` is asked once Slurm's state is one of
+    ``states`` or final (the tests check its line, not each second's).
+    """
     deadline, line = time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
-        res = mldist(["status", job], env=env, timeout=60)
-        assert res.returncode == 0, res.stderr
-        line = res.stdout
-        if any(f" {s} " in f" {line} " for s in states):
-            return line
+        if slurm_state(env, job) in states | FINAL:
+            res = mldist(["status", job], env=env, timeout=60)
+            assert res.returncode == 0, res.stderr
+            line = res.stdout
+            if any(f" {s} " in f" {line} " for s in states):
+                return line
         time.sleep(1)
-    raise AssertionError(f"job {job} never reached {states}: last status {line!r}")
+    raise AssertionError(f"job {job} never reached {states}: last status {line!r} (Slurm: {slurm_state(env, job)!r})")
 
 
 @pytest.fixture(name="_submit")
