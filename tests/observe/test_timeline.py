@@ -12,8 +12,9 @@ import pytest
 
 from helpers import PY, WORKERS, check, clean_env, mldist
 
-#: glibc's last words when it finds the heap corrupted (TensorFlow's profiler on RING, see below).
-GLIBC_HEAP_ABORT = r"\(\): invalid pointer|double free or corruption"
+#: glibc's last words when it finds the heap corrupted (TensorFlow's profiler on RING, see below):
+#: "free(): invalid size", "munmap_chunk(): invalid pointer", "double free or corruption (out)", ...
+GLIBC_HEAP_ABORT = r"\b(free|munmap_chunk|malloc|realloc)\(\): (invalid|corrupted)|double free or corruption"
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -39,11 +40,15 @@ def test_profiled_run_leaves_a_merged_trace_with_both_ranks_and_the_allreduce(tm
     ]
     res = mldist(cmd, env=env, timeout=180)
     if engine == "ring" and res.returncode == 134 and re.search(GLIBC_HEAP_ABORT, res.stderr):
-        # TensorFlow 2.21's profiler sometimes aborts a RING worker (about 1 run in 10 under load, inside
-        # TensorFlow, never on the MPI engine: glibc's "free(): invalid pointer", "munmap_chunk():
-        # invalid pointer" or "double free or corruption (out)"); the README says so. One new attempt,
-        # never more.
-        res = mldist(cmd, env=env, timeout=180)
+        # TensorFlow 2.21's profiler corrupts its heap in profiler.stop() when it merges host activities
+        # that began on one thread and ended on another (a core dump shows the abort in TraceMeRecorder's
+        # SplitEventTracker); glibc then aborts a RING worker, never on the MPI engine: 7 of 111 runs
+        # here under load (host tracer level 1: 2 of 37). The README says so. Up to two new attempts,
+        # never more: a CI run then fails this way far less than once in 1,000.
+        for _ in range(2):
+            res = mldist(cmd, env=env, timeout=180)
+            if not (res.returncode == 134 and re.search(GLIBC_HEAP_ABORT, res.stderr)):
+                break
     check(res)
     assert "[0] FIT-DONE 0" in res.stdout and "[1] FIT-DONE 1" in res.stdout
     trace = tmp_path / "trace"
