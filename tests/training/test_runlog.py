@@ -23,7 +23,8 @@ from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # Plain python (no launcher): a tiny model with validation data, default callbacks, then RunLog(None),
-# then a RunLog that may redraw its plot only once an hour: drawn when fit ends, not after each epoch.
+# then a RunLog that may redraw its plot only once an hour: drawn when fit ends, not after each epoch;
+# then one under MLDIST_PLOT=0: its table, no plot.
 PLAIN = """
 import os, keras, numpy as np, mldist, mldist.keras
 mldist.init()
@@ -37,6 +38,9 @@ class Probe(keras.callbacks.Callback):
         print("plot after epoch", epoch, os.path.exists("hourly/metrics.png"))
 model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[mldist.keras.RunLog("hourly", plot_every=3600), Probe()])
 print("plot after fit", os.path.exists("hourly/metrics.png"))
+os.environ["MLDIST_PLOT"] = "0"  # as a job script would set it
+model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[mldist.keras.RunLog("quiet")])
+print("MLDIST_PLOT=0:", os.path.exists("quiet/metrics.csv"), os.path.exists("quiet/metrics.png"))
 """
 
 
@@ -53,6 +57,16 @@ def test_where_runlog_writes() -> None:
 def test_plot_every_must_be_seconds(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"plot_every=.*: use a number of seconds >= 0"):
         RunLog(plot_every=bad)  # type: ignore[arg-type]
+
+
+def test_mldist_plot_sets_the_default_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLDIST_PLOT", "0")
+    assert RunLog().plot is False and RunLog(plot=True).plot is True
+    monkeypatch.delenv("MLDIST_PLOT")
+    assert RunLog().plot is True
+    monkeypatch.setenv("MLDIST_PLOT", "no")
+    with pytest.raises(ConfigError, match=r"MLDIST_PLOT='no': use 1 \(RunLog draws metrics.png\) or 0 \(no plot\)"):
+        RunLog()
 
 
 def test_rows_and_speed() -> None:
@@ -148,7 +162,7 @@ def test_tensorboard_answers_on_loopback_and_prints_the_ssh_line(digits_run: Pat
 @pytest.mark.slow
 def test_plain_python_gets_a_default_run_dir_with_validation_curves(tmp_path: Path) -> None:
     (tmp_path / "tiny.py").write_text(PLAIN)
-    env = {k: v for k, v in clean_env().items() if k != "MLDIST_RUNS_DIR"}  # the default: ./runs
+    env = {k: v for k, v in clean_env(MLDIST_PLOT="1").items() if k != "MLDIST_RUNS_DIR"}  # the default: ./runs
     res = subprocess.run([PY, "tiny.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, tail(res)
     (made,) = (tmp_path / "runs").iterdir()
@@ -160,6 +174,7 @@ def test_plain_python_gets_a_default_run_dir_with_validation_curves(tmp_path: Pa
     probed = [line for line in res.stdout.splitlines() if line.startswith("plot after")]
     assert probed == ["plot after epoch 0 False", "plot after epoch 1 False", "plot after fit True"], res.stdout
     assert len(list(csv.DictReader((tmp_path / "hourly" / "metrics.csv").open()))) == 2
+    assert "MLDIST_PLOT=0: True False" in res.stdout, res.stdout
 
 
 def test_tensorboard_refuses_a_missing_run_dir(tmp_path: Path) -> None:

@@ -37,7 +37,24 @@ RUNS = "runs"
 METRICS_FILE = "rank-{rank}.metrics.json"
 #: Matches a worker report's file name; group 1 is its rank.
 METRICS_RE = re.compile(r"rank-([0-9]{1,6})\.metrics\.json")
+#: The variable that turns RunLog's metrics.png off in a job ("0"), without changing the script.
+PLOT_ENV = "MLDIST_PLOT"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def plot_wanted(env: Mapping[str, str]) -> bool:
+    """Whether ``RunLog`` draws metrics.png when the script does not say: ``MLDIST_PLOT`` 1 (default) or 0.
+
+    Drawing imports matplotlib on rank 0 (about a second here; more from a slow shared file system).
+
+    Example:
+        >>> plot_wanted({}), plot_wanted({"MLDIST_PLOT": "0"})
+        (True, False)
+    """
+    value = env.get(PLOT_ENV, "1")
+    if value not in ("0", "1"):
+        raise ConfigError(f"{PLOT_ENV}={value!r}: use 1 (RunLog draws metrics.png) or 0 (no plot)")
+    return value == "1"
 
 
 def run_name(command: Sequence[str]) -> str:

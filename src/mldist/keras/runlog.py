@@ -7,7 +7,7 @@ Rank 0 writes, once per epoch:
   ``samples_per_second`` of all workers, estimated as rank 0's rate times the workers,
   since every rank runs the same steps in step);
 - ``metrics.png``, loss and the other metrics (training solid, validation dashed) over
-  the epochs so far (needs matplotlib; without it one warning and no plot), redrawn at an
+  the epochs so far (needs matplotlib, else one warning; none with MLDIST_PLOT=0), redrawn at an
   epoch's end once ``plot_every`` seconds (60) have passed since the last drawing, and when
   ``fit`` ends: a drawing takes rank 0 most of a second, and the other ranks wait for it;
 - TensorBoard events under ``tensorboard/train`` and ``tensorboard/validation``
@@ -48,6 +48,7 @@ from typing import Any
 import keras
 
 from .. import runtime
+from ..base import rundir
 from ..base.files import atomic_write
 from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
 from ..errors import ConfigError
@@ -259,7 +260,7 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
         run_dir: "auto" (``$MLDIST_RUN_DIR``, else ``runs/<script>-<time>`` on rank 0 only),
             a directory (every rank), or None (do nothing).
         batch_size: per-worker batch size for samples/s; default: found from ``fit``'s data.
-        plot: draw metrics.png (rank 0).
+        plot: draw metrics.png (rank 0); default: unless ``MLDIST_PLOT=0``.
         plot_every: least seconds between two drawings during training (it is drawn when fit ends).
         tensorboard: write TensorBoard events (rank 0).
 
@@ -274,12 +275,13 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
         run_dir: str | os.PathLike[str] | None = AUTO,
         *,
         batch_size: int | None = None,
-        plot: bool = True,
+        plot: bool | None = None,
         plot_every: float = 60.0,
         tensorboard: bool = True,
     ) -> None:
         super().__init__()
-        self.run_dir, self.batch_size, self.plot, self.tensorboard = run_dir, batch_size, plot, tensorboard
+        self.run_dir, self.batch_size, self.tensorboard = run_dir, batch_size, tensorboard
+        self.plot = rundir.plot_wanted(os.environ) if plot is None else plot
         # Checked here: a string or NaN would otherwise fail (or never draw) at the first epoch's end.
         if isinstance(plot_every, bool) or not isinstance(plot_every, int | float) or not plot_every >= 0:
             raise ConfigError(f"plot_every={plot_every!r}: use a number of seconds >= 0 (0: after every epoch)")
