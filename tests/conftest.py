@@ -34,7 +34,7 @@ def digits_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("digits")
     run_dir = base / "run"
     args = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(ROOT / "examples" / "digits_cnn.py")]
-    res = check(mldist(args, timeout=600, cwd=base))
+    res = check(mldist(args, timeout=600, cwd=base, env=clean_env(MLDIST_PLOT="1")))  # as users get it
     (base / "console.txt").write_text(res.stdout)
     (base / "stderr.txt").write_text(res.stderr)
     return run_dir

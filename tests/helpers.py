@@ -47,8 +47,8 @@ atexit.register(shutil.rmtree, _PRTE_BASE, True)
 def clean_env(**extra: str) -> dict[str, str]:
     """The test process's environment without launcher variables, plus ``extra``.
 
-    Each call gets its own Open MPI session directory base (``PRTE_MCA_prte_tmpdir_base``), and
-    :data:`LEAN` first on ``PYTHONPATH`` unless ``extra`` sets it.
+    Each call gets its own Open MPI session directory base (``PRTE_MCA_prte_tmpdir_base``),
+    :data:`LEAN` first on ``PYTHONPATH`` unless ``extra`` sets it, and ``MLDIST_PLOT=0``.
     """
     prefixes = ("MLDIST_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "ALPS_", "PBS_", "TF_CONFIG")
     # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
@@ -56,6 +56,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in threads}
     # Default run directories of `mldist run` go to a scratch folder, not into the checkout.
     env["MLDIST_RUNS_DIR"] = str(Path(tempfile.gettempdir()) / "mldist-test-runs")
+    # RunLog's metrics.png costs rank 0 a matplotlib import and a drawing (about a second) in every
+    # Keras launch; the tests of the plot ask for it (MLDIST_PLOT="1").
+    env["MLDIST_PLOT"] = "0"
     env["PRTE_MCA_prte_tmpdir_base"] = tempfile.mkdtemp(dir=_PRTE_BASE)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(LEAN), env.get("PYTHONPATH"))))
     env.update(extra)

@@ -27,7 +27,7 @@ def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, st
     """Environment for CLI calls that reach the test cluster."""
     conf = start_service(SCRIPT, "it installs and starts slurmctld/slurmd", "SLURM_CONF")
     state = tmp_path_factory.mktemp("mldist-state")
-    yield clean_env(SLURM_CONF=conf, MLDIST_STATE_DIR=str(state))
+    yield clean_env(SLURM_CONF=conf, MLDIST_STATE_DIR=str(state), MLDIST_PLOT="1")  # jobs draw metrics.png
     stop_service(SCRIPT)
 
 
