@@ -128,3 +128,11 @@ def test_a_profile_list_given_as_a_string_is_refused(tmp_path: Path) -> None:
     res = _mldist([*SUBMIT, "--site", "mine", "--", "true"], tmp_path)
     assert res.returncode == 2
     assert "modules must be a list of strings" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_mldist_plot_stops_mldist_run_before_any_worker_starts(workdir: Path) -> None:
+    res = _mldist(["run", "-n", "2", "--", PY, "-c", "print('WORKER RAN')"], workdir, MLDIST_PLOT="yes")
+    assert res.returncode == 2 and "WORKER RAN" not in res.stdout, (res.stdout, res.stderr)
+    assert res.stderr.strip().splitlines() == [
+        "mldist run: error: MLDIST_PLOT='yes': use 1 (RunLog draws metrics.png) or 0 (no plot)"
+    ]

@@ -235,9 +235,10 @@ def _horovodrun_env(args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ..base.rundir import default_run_dir
+    from ..base.rundir import default_run_dir, plot_wanted
     from ..launch.local import RunConfig, run
 
+    plot_wanted(os.environ)  # a bad MLDIST_PLOT stops here, not in every worker after TensorFlow's start
     nprocs, hosts = _placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
