@@ -1,4 +1,4 @@
-"""Horovod's timeline, tuning variables and the Keras callbacks' extra arguments, on 2 ranks, both Keras modes."""
+"""Horovod's timeline, tuning variables, the Keras callbacks' extra arguments and elastic state, on 2 ranks."""
 
 from __future__ import annotations
 
@@ -59,10 +59,13 @@ def test_join_with_uneven_data_as_in_horovod(flavour: str, shared_hvd: Callable[
     assert r1["broadcast_failed"] is True
 
 
-@pytest.mark.parametrize("legacy", ["0", "1"], ids=["keras3", "tf_keras"])
-def test_elastic_state_resumes_exactly_after_kill_9(legacy: str, tmp_path: Path) -> None:
-    """hvd.elastic on a fixed world: a rank killed with SIGKILL, the group restarted from the last commit."""
-    env = clean_env(TF_USE_LEGACY_KERAS=legacy)
+def test_elastic_state_resumes_exactly_after_kill_9(tmp_path: Path) -> None:
+    """hvd.elastic on a fixed world: a rank killed with SIGKILL, the group restarted from the last commit.
+
+    Keras 3 here (its optimizer state is what Horovod cannot restore); test_examples.py's elastic MNIST
+    runs the same restart with tf_keras: two launches of 2 workers each save 30 s of CI time.
+    """
+    env = clean_env(TF_USE_LEGACY_KERAS="0")
     runs, out = {}, {}
     for mode in ("whole", "kill"):
         args = ["run", "-n", "2", "--communication", "mpi", "--max-restarts", "1", "--run-dir", str(tmp_path / mode)]
