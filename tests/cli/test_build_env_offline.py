@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,17 @@ def test_python_version_and_platform_given_win_over_the_module(tmp_path: Path) -
     )
 
 
+def _pip_wheel() -> Path:
+    """The pip wheel that ``python -m venv`` installs: CPython's own, or where a distribution keeps it
+    (``WHEEL_PKG_DIR``: Debian's python3 has no bundled wheels)."""
+    folders = [Path(ensurepip.__file__).parent / "_bundled"]
+    if sysconfig.get_config_var("WHEEL_PKG_DIR"):
+        folders.append(Path(sysconfig.get_config_var("WHEEL_PKG_DIR")))
+    wheels = [wheel for folder in folders for wheel in sorted(folder.glob("pip-*.whl"))]
+    assert wheels, f"no pip wheel in {folders}"
+    return wheels[0]
+
+
 def test_a_real_offline_build_from_a_filled_wheelhouse(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,8 +108,7 @@ def test_a_real_offline_build_from_a_filled_wheelhouse(
     tf_tree, tree = _project(trees, "tensorflow", "0.0.7"), _project(trees, "mldist", "0.0.3", '"tensorflow"')
     build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w"]
     subprocess.run([*build, str(index), str(tf_tree)], check=True, env=_offline_env(), timeout=120)
-    (pip_wheel,) = (Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl")
-    shutil.copy(pip_wheel, index)
+    shutil.copy(_pip_wheel(), index)
 
     # Login node: build-env fills the wheelhouse (pip told to use the folder) and submits.
     house, venv, out, bindir = tmp_path / "house", tmp_path / "venvs" / "tf", tmp_path / "job", tmp_path / "bin"
