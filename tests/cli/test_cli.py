@@ -128,7 +128,13 @@ def test_env_lists_the_variables_of_the_stack_by_name_and_no_unknown_node() -> N
     res = check(mldist(["env", "--no-tensorflow"], env=env))
     listed = dict(line.split()[1].split("=", 1) for line in res.stdout.splitlines() if line.startswith("env "))
     # Terraform's TF_* are not TensorFlow's.
-    assert listed == {**ours, "OMP_NUM_THREADS": "1", **{k: env[k] for k in ("MLDIST_RUNS_DIR", "MLDIST_PLOT")}}
+    tests_own = (
+        "MLDIST_RUNS_DIR",
+        "MLDIST_PLOT",
+        "JAX_COMPILATION_CACHE_DIR",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+    )
+    assert listed == {**ours, "OMP_NUM_THREADS": "1", **{k: env[k] for k in tests_own}}
     assert "None" not in res.stdout and "launcher  none: rank 0 of 1, local 0 of 1\n" in res.stdout
     probe = cpu_probe()
     if not probe.pinned:  # a narrowed affinity mask wins over the variable
