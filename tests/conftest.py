@@ -70,7 +70,9 @@ def engine(request: pytest.FixtureRequest) -> str:
 #: fixtures), so that it happens once.
 GROUPS = (
     (r"tests/(slurm/|launch/test_hosts\.py)", "services"),
-    (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(\w+)\]", r"checkpoint-\2"),
+    # One reference run per Keras backend: MPI's and RING's tests share the TensorFlow one.
+    (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(mpi|ring)\]", "checkpoint-tf"),
+    (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[jax\]", "checkpoint-jax"),
     (
         r"tests/(training/test_runlog\.py::|runtime/test_engine\.py::test_example_reaches_95_percent_with_two_workers\Z)",
         "digits",
@@ -85,7 +87,7 @@ GROUPS = (
 GROUPED_FIXTURES = (
     "slurm_env",
     "hosts_env",
-    "reference",
+    "references",
     "digits_run",
     "shared_hvd",
     "shared_engine",

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,12 +133,28 @@ def ref_engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, ref_engine: str) -> Path:
-    """An uninterrupted 2-worker run of 4 epochs (checkpoints at steps 32, 48, 64)."""
-    out = tmp_path_factory.mktemp(f"reference-{ref_engine}")
-    check(_run(out, "--epochs", "4", engine=ref_engine))
-    assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2, 3]
-    return out
+def references(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``ref(engine)``: the folder of an uninterrupted 2-worker run of 4 epochs (checkpoints at steps 32,
+    48, 64), run once per Keras backend. MPI and RING end with bit-identical weights, so the TensorFlow
+    run (on MPI) is RING's reference too: the RING tests check against the other engine."""
+    done: dict[str, Path] = {}
+
+    def ref(engine: str) -> Path:
+        engine = "jax" if engine == "jax" else "mpi"
+        if engine not in done:
+            out = tmp_path_factory.mktemp(f"reference-{engine}")
+            check(_run(out, "--epochs", "4", engine=engine))
+            assert [e["epoch"] for e in _epochs(out)] == [0, 1, 2, 3]
+            done[engine] = out
+        return done[engine]
+
+    return ref
+
+
+@pytest.fixture
+def reference(references: Callable[[str], Path], ref_engine: str) -> Path:
+    """The reference run of ``ref_engine``'s backend (:func:`references`)."""
+    return references(ref_engine)
 
 
 @pytest.mark.slow
