@@ -45,30 +45,38 @@ ONCE = (
     "tape-predivide",
     "tape-sum",
 )
-#: Every check the worker must have passed, in order: a skipped check fails the test.
-EXPECTED = [
-    f"{name}-{dtype}-{mode}" for dtype, mode, name in itertools.product(DTYPES, ("eager", "graph"), PER_DTYPE)
-] + list(ONCE)
+
+
+def expected(graph_dtypes: tuple[str, ...] = DTYPES) -> list[str]:
+    """Every check the worker must have passed, in order: a skipped check fails the test."""
+    modes = [
+        (dtype, mode) for dtype in DTYPES for mode in ("eager", "graph") if mode == "eager" or dtype in graph_dtypes
+    ]
+    return [f"{name}-{dtype}-{mode}" for (dtype, mode), name in itertools.product(modes, PER_DTYPE)] + list(ONCE)
+
 
 pytestmark = pytest.mark.slow
 
 
 # RING with 2 workers and the MPI engine with 3 (an odd world, in a launch shared with the process-set
 # checks): both engines and both an even and an odd world, in two TensorFlow start-ups per rank.
+# On RING, inside a tf.function only float32: an eager collective runs as a tf.function there too
+# (one per signature), so every dtype already goes through the same traced collective; each graph
+# check traces a new function: 35.6 -> 25.4 CPU-s for the launch here.
 def test_every_function_matches_numpy_on_2_ring_workers() -> None:
-    res = check(mldist(["run", "-n", "2", "--communication", "ring", "--", PY, API, "collectives"], 300))
-    _every_function_matches(results(res.stdout), 2, "ring")
+    res = check(mldist(["run", "-n", "2", "--communication", "ring", "--", PY, API, "collectives", "float32"], 300))
+    _every_function_matches(results(res.stdout), 2, "ring", expected(("float32",)))
 
 
 def test_every_function_matches_numpy_on_3_mpi_workers(shared_hvd: Callable[[str, str], str]) -> None:
-    _every_function_matches(results(shared_hvd("keras3-3", "hvd_api.py collectives")), 3, "mpi")
+    _every_function_matches(results(shared_hvd("keras3-3", "hvd_api.py collectives")), 3, "mpi", expected())
 
 
-def _every_function_matches(rows: list[dict[str, Any]], workers: int, engine: str) -> None:
+def _every_function_matches(rows: list[dict[str, Any]], workers: int, engine: str, checks: list[str]) -> None:
     assert [r["rank"] for r in rows] == list(range(workers))
     for row in rows:
         assert row["size"] == workers
-        assert row["checks"] == EXPECTED
+        assert row["checks"] == checks
         cross_rank, cross_size, homogeneous, mpi = row["info"]
         assert (cross_rank, cross_size, homogeneous, mpi) == (0, 1, True, engine == "mpi")
 

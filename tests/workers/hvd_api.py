@@ -1,8 +1,9 @@
-"""Worker: every mldist.horovod function against numpy, on each rank. Usage: hvd_api.py MODE.
+"""Worker: every mldist.horovod function against numpy, on each rank. Usage: hvd_api.py MODE [GRAPH_DTYPES].
 
 MODE "collectives": each collective in eager mode and inside one tf.function, over
 float16/float32/float64/int32/int64, with values that differ per rank; the expected
-result is computed here with numpy from every rank's (known) input. Prints
+result is computed here with numpy from every rank's (known) input. GRAPH_DTYPES
+(comma-separated) limits the tf.function checks to those dtypes. Prints
 "CHECKED name" per passed check and RESULT {rank, size, checks} at the end.
 MODE "mismatch": rank 0 all-reduces 3 elements, the others 4 (must stop, explained).
 MODE "refusals": one process; each refused feature must raise UnsupportedError with a
@@ -22,6 +23,7 @@ import mldist.horovod as hvd
 
 DTYPES = ("float16", "float32", "float64", "int32", "int64")
 MODE = sys.argv[1]
+GRAPH_DTYPES = sys.argv[2].split(",") if len(sys.argv) > 2 else DTYPES
 checks: list[str] = []
 
 
@@ -205,7 +207,8 @@ def main() -> None:
     graph = lambda f: tf.function(f)()  # noqa: E731
     for dtype in DTYPES:
         collectives(tf, eager, "eager", dtype)
-        collectives(tf, graph, "graph", dtype)
+        if dtype in GRAPH_DTYPES:
+            collectives(tf, graph, "graph", dtype)
     variables_and_objects(tf)
     gradients_and_sparse(tf)
     info = [hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous(), hvd.mpi_enabled()]
