@@ -13,11 +13,10 @@ esac
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 usable() { "$1" -c 'import sys, ensurepip, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; }
-# PYTHON if set; else the distribution's python3 before the one on PATH. Debian's and Ubuntu's are
-# built with profile-guided and link-time optimisation and link libpython statically; pyenv's
-# default build does neither. Every process of the suite (about a thousand) runs Python: on this
-# machine `import tensorflow, keras` takes 3.8 CPU-s on /usr/bin/python3.11 and 4.4 on pyenv's
-# 3.11, a pure-Python loop 1.48 s against 1.84 s.
+# PYTHON if set; else the distribution's python3 before the one on PATH. Debian's is an optimised
+# build (profile-guided, libpython linked in); pyenv's default build is neither. Every process of
+# the suite (about a thousand) runs Python: on this machine `import tensorflow, keras` takes 3.8
+# CPU-s on /usr/bin/python3.11 and 4.4 on pyenv's 3.11, a pure-Python loop 1.48 s against 1.84 s.
 if [ -n "${PYTHON:-}" ]; then
   py=$PYTHON
 elif usable /usr/bin/python3; then
