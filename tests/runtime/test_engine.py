@@ -124,7 +124,9 @@ def test_example_reaches_95_percent_with_two_workers(digits_run: Path) -> None:
 def test_example_reaches_95_percent_with_two_workers_on_jax(tmp_path: Path) -> None:
     example = ROOT / "examples" / "digits_cnn.py"
     env = clean_env(KERAS_BACKEND="jax")
-    res = check(mldist(["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path)], env=env, timeout=300))
+    # 12 of the default 20 epochs (seeded: test accuracy 0.961 here; 8 epochs give 0.953).
+    argv = ["run", "-n", "2", "--", PY, str(example), "--out", str(tmp_path), "--epochs", "12"]
+    res = check(mldist(argv, env=env, timeout=300))
     _reaches_95_percent(tmp_path, res.stdout)
     assert "shuffle=True" not in res.stderr
 
