@@ -81,12 +81,8 @@ def _every_function_matches(rows: list[dict[str, Any]], workers: int, engine: st
         assert (cross_rank, cross_size, homogeneous, mpi) == (0, 1, True, engine == "mpi")
 
 
-def test_shapes_that_differ_across_ranks_stop_with_a_clear_error(engine: str) -> None:
-    res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, API, "mismatch"], 120), 1)
-    both = res.stdout + res.stderr
-    assert "MISMATCH-RAN" not in both
-    assert "workers passed tensors of different shapes" in both
-    assert "Traceback" not in both
+# Shapes that differ across ranks in one all-reduce (hvd.allreduce is mldist.allreduce there): the
+# shape-mismatch rows of runtime/test_engine.py, on both engines; Horovod's own errors are below.
 
 
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])

@@ -5,7 +5,6 @@ float16/float32/float64/int32/int64, with values that differ per rank; the expec
 result is computed here with numpy from every rank's (known) input. GRAPH_DTYPES
 (comma-separated) limits the tf.function checks to those dtypes. Prints
 "CHECKED name" per passed check and RESULT {rank, size, checks} at the end.
-MODE "mismatch": rank 0 all-reduces 3 elements, the others 4 (must stop, explained).
 MODE "refusals": one process; each refused feature must raise UnsupportedError with a
 one-line message (printed as REFUSED name: message).
 """
@@ -199,10 +198,6 @@ def main() -> None:
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")  # graph mode below makes a tf.function per check, on purpose
-    if MODE == "mismatch":
-        hvd.allreduce(tf.ones([3 if hvd.rank() == 0 else 4]))
-        print("MISMATCH-RAN", flush=True)
-        return
     eager = lambda f: f()  # noqa: E731
     graph = lambda f: tf.function(f)()  # noqa: E731
     for dtype in DTYPES:
