@@ -81,10 +81,8 @@ def _every_function_matches(rows: list[dict[str, Any]], workers: int, engine: st
         assert (cross_rank, cross_size, homogeneous, mpi) == (0, 1, True, engine == "mpi")
 
 
-# Shapes that differ across ranks in one all-reduce (hvd.allreduce is mldist.allreduce there): the
-# shape-mismatch rows of runtime/test_engine.py, on both engines; Horovod's own errors are below.
-
-
+# Shapes that differ across ranks in one uncaught all-reduce (hvd.allreduce is mldist.allreduce there)
+# are runtime/test_engine.py's shape-mismatch rows, on both engines; Horovod's own errors are here.
 @pytest.mark.parametrize("flavour", ["keras3", "tf_keras"])
 def test_mismatches_raise_horovods_errors_on_every_rank_and_the_ranks_go_on(
     flavour: str, shared_hvd: Callable[[str, str], str]

@@ -247,13 +247,13 @@ def _custom_loop_weights(steps: int = 30) -> np.ndarray:
     (rate 0.05) on the mean of both ranks' gradients of the mean squared error."""
     w, b = np.zeros((4, 1)), np.zeros(1)
     for step in range(1, steps + 1):
-        gw, gb = np.zeros_like(w), np.zeros_like(b)
+        grads = []
         for rank in (0, 1):
             x = np.random.default_rng(step * 10 + rank).normal(size=(8, 4)).astype(np.float32).astype(np.float64)
-            err = x @ w + b - x.sum(axis=1, keepdims=True)
-            gw += 2 * x.T @ err / len(x) / 2
-            gb += 2 * err.sum(axis=0) / len(x) / 2
-        w, b = w - 0.05 * gw, b - 0.05 * gb
+            err = x @ w + b - x.sum(axis=1, keepdims=True)  # d/d(x @ w + b) of mean(err ** 2) is 2 * err / 8
+            grads.append((2 * x.T @ err / len(x), 2 * err.sum(axis=0) / len(x)))
+        (gw0, gb0), (gw1, gb1) = grads
+        w, b = w - 0.05 * (gw0 + gw1) / 2, b - 0.05 * (gb0 + gb1) / 2
     return np.concatenate([w.ravel(), b])
 
 
