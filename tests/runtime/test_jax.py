@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import PY, WORKERS, check, clean_env, mldist, results, run_py
+from helpers import FULL_EXIT, PY, WORKERS, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +20,8 @@ MPIRUN = str(Path(PY).parent / "mpirun")
 AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def _mpirun(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**JAX, **AS_ROOT}
+def _mpirun(*argv: str, timeout: float = 240, env: dict[str, str] = JAX) -> subprocess.CompletedProcess[str]:
+    env = {**env, **AS_ROOT}
     return subprocess.run([MPIRUN, "-np", "2", PY, *argv], capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -86,9 +86,9 @@ def test_a_jax_worker_that_exits_ends_the_group_fast(tmp_path: Path, launcher: s
     script.write_text(EXIT_3)
     start = time.monotonic()
     if launcher == "mpirun":
-        res = _mpirun(str(script), timeout=120)
+        res = _mpirun(str(script), timeout=120, env={**JAX, **FULL_EXIT})
     else:
-        res = mldist(["run", "-n", "2", "--", PY, str(script)], env=JAX, timeout=120)
+        res = mldist(["run", "-n", "2", "--", PY, str(script)], env={**JAX, **FULL_EXIT}, timeout=120)
     took = time.monotonic() - start
     assert res.returncode != 0 and "NOT-STOPPED" not in res.stdout
     assert "mldist: error (rank 1): exited with code 3 (sys.exit)" in res.stdout + res.stderr

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import BACKEND_ENGINES, PY, WORKERS, check, engine_launch, mldist
+from helpers import BACKEND_ENGINES, FULL_EXIT, PY, WORKERS, check, clean_env, engine_launch, mldist
 from mldist.checkpoint import CheckpointManager
 from mldist.checkpoint.format import MANIFEST, STATE, checkpoints, latest_valid, read_checkpoint, write_checkpoint
 from mldist.errors import CheckpointError
@@ -190,7 +190,7 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(
     argv += ["--", PY, WORKER, str(out)]
     argv += ["--epochs", "4", "--sleep", "0.1", "--check-every", "4"]
     log = (tmp_path / "launcher.log").open("w+")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env={**env, **FULL_EXIT})
     try:
         deadline = time.monotonic() + 180
         while "step 37 done" not in (tmp_path / "launcher.log").read_text():
@@ -261,12 +261,13 @@ def _custom_loop_weights(steps: int = 30) -> np.ndarray:
 def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path, engine: str) -> None:
     loop = str(WORKERS / "custom_loop.py")
 
-    def run(out: Path, *extra: str) -> Any:
+    def run(out: Path, *extra: str, env: dict[str, str] | None = None) -> Any:
         out.mkdir(exist_ok=True)
-        return mldist(["run", "-n", "2", "--communication", engine, "--", PY, loop, str(out), *extra], timeout=180)
+        argv = ["run", "-n", "2", "--communication", engine, "--", PY, loop, str(out), *extra]
+        return mldist(argv, timeout=180, env=env)
 
     # Only rank 1 gets SIGUSR1, before step 12: the ranks agree at step 12 and both exit 75.
-    cut = check(run(tmp_path / "cut", "12"), 75)
+    cut = check(run(tmp_path / "cut", "12", env=clean_env(**FULL_EXIT)), 75)
     assert "[0] rank 0 saved at step 12; exiting 75" in cut.stdout
     assert "[1] rank 1 saved at step 12; exiting 75" in cut.stdout
     resumed = check(run(tmp_path / "cut"))
