@@ -25,9 +25,9 @@ TESTS = ROOT / "tests"
 WORKERS = TESTS / "workers"  # worker programs run under the launcher (never imported)
 #: On PYTHONPATH of every process a test starts: TensorFlow's optional imports (lean/sitecustomize.py).
 LEAN = TESTS / "lean"
-#: For :func:`clean_env` in the tests whose subject is how a worker ends: its exit keeps Python's last
-#: garbage collections, as a user's process does (lean/sitecustomize.py skips them elsewhere).
-FULL_EXIT = {"MLDIST_TESTS_QUICK_EXIT": "0"}
+#: For :func:`clean_env` in the tests whose subject is how a worker ends: the processes collect garbage
+#: as a user's do, at exit too (lean/sitecustomize.py collects less elsewhere).
+USERS_GC = {"MLDIST_TESTS_LEAN_GC": "0"}
 PY = sys.executable
 #: The collective engines of CPU workers; `mldist run --communication ENGINE` picks one.
 ENGINES = ("mpi", "ring")
@@ -58,8 +58,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
     Each call gets its own Open MPI session directory base (``PRTE_MCA_prte_tmpdir_base``),
     :data:`LEAN` first on ``PYTHONPATH`` unless ``extra`` sets it, ``MLDIST_PLOT=0``, this
-    process's JAX compilation cache (``JAX_COMPILATION_CACHE_DIR``) and a quick exit
-    (``MLDIST_TESTS_QUICK_EXIT=1``, unless ``extra`` has :data:`FULL_EXIT`).
+    process's JAX compilation cache (``JAX_COMPILATION_CACHE_DIR``) and less garbage collection
+    (``MLDIST_TESTS_LEAN_GC=1``, unless ``extra`` has :data:`USERS_GC`).
     """
     prefixes = ("MLDIST_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "ALPS_", "PBS_", "TF_CONFIG")
     # Thread variables too: an in-process mldist.init() in an earlier test may have set them.
@@ -74,7 +74,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["JAX_COMPILATION_CACHE_DIR"] = str(_JAX_CACHE)
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # JAX's default (1 s) skips most compiles here
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(LEAN), env.get("PYTHONPATH"))))
-    env["MLDIST_TESTS_QUICK_EXIT"] = "1"
+    env["MLDIST_TESTS_LEAN_GC"] = "1"
     env.update(extra)
     return env
 

@@ -133,7 +133,7 @@ def test_env_lists_the_variables_of_the_stack_by_name_and_no_unknown_node() -> N
         "MLDIST_PLOT",
         "JAX_COMPILATION_CACHE_DIR",
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-        "MLDIST_TESTS_QUICK_EXIT",
+        "MLDIST_TESTS_LEAN_GC",
     )
     assert listed == {**ours, "OMP_NUM_THREADS": "1", **{k: env[k] for k in tests_own}}
     assert "None" not in res.stdout and "launcher  none: rank 0 of 1, local 0 of 1\n" in res.stdout

@@ -1,4 +1,4 @@
-"""Test workers only: TensorFlow and Keras skip their optional imports; processes skip the last collections.
+"""Test workers only: TensorFlow and Keras skip their optional imports; processes collect less garbage.
 
 ``helpers.clean_env`` puts this folder on ``PYTHONPATH`` for every process a test starts.
 ``import tensorflow`` loads Keras, and Keras and ``tf.lite`` then import scikit-learn (the
@@ -12,14 +12,17 @@ Only imports made by those TensorFlow/Keras modules fail here. The same library 
 test's worker, an example or mldist itself (digits from scikit-learn, Keras on JAX, bench's
 plots) loads as usual, so nothing mldist does is hidden from the tests.
 
-Where ``MLDIST_TESTS_QUICK_EXIT=1`` (``helpers.clean_env`` sets it), ``gc.freeze()`` runs after
-every other ``atexit`` handler (mldist's, JAX's) and leaves the interpreter's last cyclic
-collections nothing to walk: with TensorFlow's 270,000 tracked objects they took 0.5 CPU-s of
-every worker's exit here (a 2-rank launch: 6.1 against 4.7 CPU-s). Module teardown and freeing by
-reference count still run; only objects in reference cycles are not finalized, which Python does
-not promise at exit anyway. Processes without the variable end as a user's do: those of the tests
-whose subject is how a worker ends (leaving, stalling, a signal: ``helpers.FULL_EXIT``) and ranks
-on other hosts, which do not get it.
+Where ``MLDIST_TESTS_LEAN_GC=1`` (``helpers.clean_env`` sets it), the process collects garbage
+less: TensorFlow leaves 270,000 objects that every full collection walks again. Full collections
+come a tenth as often (``gc.set_threshold``; Python's default took 0.25 CPU-s of each ``import
+tensorflow`` and as much again in a short fit), and ``gc.freeze()`` runs after every other
+``atexit`` handler (mldist's, JAX's), which leaves the interpreter's last collections nothing to
+walk (0.5 CPU-s of each exit). A 2-rank launch of digits_cnn.py for 3 epochs took 15.2 against 12.6
+CPU-s here (medians of 3). Young objects are still collected as usual, and freeing by reference
+count and module teardown still run; objects in reference cycles are finalized later or, at exit,
+not at all (Python does not promise it). Processes without the variable collect as a user's do:
+those of the tests whose subject is how a worker ends (leaving, stalling, a signal:
+``helpers.USERS_GC``) and ranks on other hosts, which do not get it.
 """
 
 from __future__ import annotations
@@ -64,5 +67,7 @@ class _SkipOptional(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _SkipOptional())
 
-if os.environ.get("MLDIST_TESTS_QUICK_EXIT") == "1":
+if os.environ.get("MLDIST_TESTS_LEAN_GC") == "1":
+    young, middle, full = gc.get_threshold()
+    gc.set_threshold(young, middle, 10 * full)
     atexit.register(gc.freeze)  # registered first, so it runs last

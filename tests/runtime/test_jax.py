@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import FULL_EXIT, PY, WORKERS, check, clean_env, mldist, results, run_py
+from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist, results, run_py
 
 pytestmark = pytest.mark.slow
 
@@ -86,9 +86,9 @@ def test_a_jax_worker_that_exits_ends_the_group_fast(tmp_path: Path, launcher: s
     script.write_text(EXIT_3)
     start = time.monotonic()
     if launcher == "mpirun":
-        res = _mpirun(str(script), timeout=120, env={**JAX, **FULL_EXIT})
+        res = _mpirun(str(script), timeout=120, env={**JAX, **USERS_GC})
     else:
-        res = mldist(["run", "-n", "2", "--", PY, str(script)], env={**JAX, **FULL_EXIT}, timeout=120)
+        res = mldist(["run", "-n", "2", "--", PY, str(script)], env={**JAX, **USERS_GC}, timeout=120)
     took = time.monotonic() - start
     assert res.returncode != 0 and "NOT-STOPPED" not in res.stdout
     assert "mldist: error (rank 1): exited with code 3 (sys.exit)" in res.stdout + res.stderr

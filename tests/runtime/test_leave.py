@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FULL_EXIT, PY, WORKERS, clean_env, tail
+from helpers import PY, USERS_GC, WORKERS, clean_env, tail
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def _command(launcher: str, way: str, fd2: str) -> list[str]:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return clean_env(
-        **FULL_EXIT,
+        **USERS_GC,
         MLDIST_COLLECTIVE_TIMEOUT=str(TIMEOUT),
         MLDIST_RUNS_DIR=str(tmp_path / "runs"),
         OMPI_ALLOW_RUN_AS_ROOT="1",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import FULL_EXIT, PY, ROOT, WORKERS, check, clean_env, mldist, results, run_py
+from helpers import PY, ROOT, USERS_GC, WORKERS, check, clean_env, mldist, results, run_py
 from mldist.base.procs import STARTUP_NOISE
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,7 @@ def test_sigterm_stops_initialised_workers_before_the_grace(tmp_path: Path) -> N
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=clean_env(**FULL_EXIT),
+        env=clean_env(**USERS_GC),
     )
     deadline = time.monotonic() + 120
     while not (ready.exists() and len(ready.read_text().splitlines()) == 2):
@@ -129,7 +129,7 @@ def test_one_rank_raising_ends_the_group_quickly_naming_it(engine: str) -> None:
     """An exception on one rank while the other waits in a collective: no hang (MPI: abort, not finalize)."""
     t0 = time.monotonic()
     argv = ["run", "-n", "2", "--communication", engine, "--", PY, "-c", ONE_RANK_FAILS]
-    res = check(mldist(argv, timeout=120, env=clean_env(**FULL_EXIT)), 1)
+    res = check(mldist(argv, timeout=120, env=clean_env(**USERS_GC)), 1)
     took = time.monotonic() - t0
     assert "rank 1 exited with code 1" in res.stderr
     assert "boom on rank 1 only" in res.stderr and "UNREACHABLE" not in res.stdout

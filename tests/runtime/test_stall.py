@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import FULL_EXIT, PY, WORKERS, check, clean_env, mldist
+from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist
 from mldist.errors import ConfigError
 from mldist.runtime import stall
 
@@ -75,7 +75,7 @@ def test_graph_counters_in_flight_since_they_last_changed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "fit"])
 def test_a_stalled_rank_ends_the_job_within_seconds_naming_the_collective(engine: str, mode: str) -> None:
-    env = clean_env(**FULL_EXIT, MLDIST_COLLECTIVE_TIMEOUT="3")
+    env = clean_env(**USERS_GC, MLDIST_COLLECTIVE_TIMEOUT="3")
     cmd = ["run", "-n", "2", "--communication", engine, "--", PY, str(WORKERS / "stall.py"), mode]
     res = check(mldist(cmd, env=env, timeout=120), 1)
     warm = [float(line.split()[-1]) for line in res.stdout.splitlines() if "WARM" in line]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import FULL_EXIT, PY, WORKERS, check, results, run_py, tail
+from helpers import PY, USERS_GC, WORKERS, check, results, run_py, tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -87,7 +87,7 @@ LEAVES = {
 @pytest.mark.parametrize("way", list(LEAVES))
 def test_a_rank_that_leaves_ends_the_step_fast(slurm_env: dict[str, str], way: str) -> None:
     started = time.monotonic()
-    env = {**slurm_env, **FULL_EXIT}
+    env = {**slurm_env, **USERS_GC}
     res = srun(env, "--kill-on-bad-exit=1", PY, str(WORKERS / "leave.py"), way, "keep", timeout=120)
     took = time.monotonic() - started
     assert res.returncode != 0, tail(res)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import BACKEND_ENGINES, FULL_EXIT, PY, WORKERS, check, clean_env, engine_launch, mldist
+from helpers import BACKEND_ENGINES, PY, USERS_GC, WORKERS, check, clean_env, engine_launch, mldist
 from mldist.checkpoint import CheckpointManager
 from mldist.checkpoint.format import MANIFEST, STATE, checkpoints, latest_valid, read_checkpoint, write_checkpoint
 from mldist.errors import CheckpointError
@@ -190,7 +190,7 @@ def test_sigterm_saves_mid_epoch_exits_75_and_resumes_at_that_step(
     argv += ["--", PY, WORKER, str(out)]
     argv += ["--epochs", "4", "--sleep", "0.1", "--check-every", "4"]
     log = (tmp_path / "launcher.log").open("w+")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env={**env, **FULL_EXIT})
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True, env={**env, **USERS_GC})
     try:
         deadline = time.monotonic() + 180
         while "step 37 done" not in (tmp_path / "launcher.log").read_text():
@@ -267,7 +267,7 @@ def test_custom_loop_signal_on_one_rank_saves_on_both_and_resumes(tmp_path: Path
         return mldist(argv, timeout=180, env=env)
 
     # Only rank 1 gets SIGUSR1, before step 12: the ranks agree at step 12 and both exit 75.
-    cut = check(run(tmp_path / "cut", "12", env=clean_env(**FULL_EXIT)), 75)
+    cut = check(run(tmp_path / "cut", "12", env=clean_env(**USERS_GC)), 75)
     assert "[0] rank 0 saved at step 12; exiting 75" in cut.stdout
     assert "[1] rank 1 saved at step 12; exiting 75" in cut.stdout
     resumed = check(run(tmp_path / "cut"))
