@@ -23,7 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 WORKERS = TESTS / "workers"  # worker programs run under the launcher (never imported)
-#: On PYTHONPATH of every process a test starts: TensorFlow's optional imports (lean/sitecustomize.py).
+#: On PYTHONPATH of every process a test starts: TensorFlow's optional imports, less garbage collection
+#: (lean/sitecustomize.py).
 LEAN = TESTS / "lean"
 #: For :func:`clean_env` in the tests whose subject is how a worker ends: the processes collect garbage
 #: as a user's do, at exit too (lean/sitecustomize.py collects less elsewhere).

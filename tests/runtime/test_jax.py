@@ -20,8 +20,8 @@ MPIRUN = str(Path(PY).parent / "mpirun")
 AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
-def _mpirun(*argv: str, timeout: float = 240, env: dict[str, str] = JAX) -> subprocess.CompletedProcess[str]:
-    env = {**env, **AS_ROOT}
+def _mpirun(*argv: str, timeout: float = 240, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**JAX, **AS_ROOT, **(extra or {})}
     return subprocess.run([MPIRUN, "-np", "2", PY, *argv], capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -86,7 +86,7 @@ def test_a_jax_worker_that_exits_ends_the_group_fast(tmp_path: Path, launcher: s
     script.write_text(EXIT_3)
     start = time.monotonic()
     if launcher == "mpirun":
-        res = _mpirun(str(script), timeout=120, env={**JAX, **USERS_GC})
+        res = _mpirun(str(script), timeout=120, extra=USERS_GC)
     else:
         res = mldist(["run", "-n", "2", "--", PY, str(script)], env={**JAX, **USERS_GC}, timeout=120)
     took = time.monotonic() - start
