@@ -17,7 +17,7 @@ MODULES = sorted(SRC.rglob("*.py"))
 
 #: Pipeline stages, first to last: a module may import its own stage and earlier ones only.
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "base"),
+    ("_version", "errors", "base"),
     ("placement",),
     ("launch",),
     ("runtime",),
@@ -32,7 +32,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
 #: directory or of processes is below the launcher, in mldist.base.
 STARTS_WORKERS = {("horovod", "runner"): "run", ("tools", "bench"): "run_workers"}
 #: The most entries src/mldist may have (modules and packages, __pycache__ not counted).
-MOST_TOP_LEVEL = 14
+MOST_TOP_LEVEL = 15
 
 
 def _stage(parts: tuple[str, ...]) -> int:
@@ -106,8 +106,8 @@ def test_imports_run_one_way(path: Path) -> None:
     here = _parts(path)
     for target in _imported(path):
         assert target[0] != "cli" or here[0] in ("cli", "__main__"), f"{here} imports the CLI"
-        if here == ("__init__",) or target == ("__init__",) or target[0] == "__version__":
-            continue  # the facade re-exports; __version__ lives in it
+        if here == ("__init__",):
+            continue  # the facade re-exports
         assert _stage(target) <= _stage(here), f"mldist.{'.'.join(here)} imports a later stage: {target}"
 
 
@@ -186,10 +186,33 @@ def test_public_names_keep_their_paths() -> None:
 
 #: Every package folder: its modules and subpackages must not import each other in a circle.
 PACKAGES = sorted(p.parent for p in SRC.rglob("__init__.py"))
-#: Imports the circle test does not count. ``mldist.__version__`` lives in the facade, which imports
-#: checkpoint; checkpoint (and cli, data, launch) read it inside a function once the facade has
-#: loaded, as test_imports_run_one_way allows too. A leaf module for the version would end this circle.
-FACADE_READS = {("__version__",)}
+#: The names below mldist that are modules or packages (importing one of them is no read of the facade).
+SUBMODULES = {p.stem for p in SRC.iterdir() if p.name != "__pycache__" and (p.is_dir() or p.suffix == ".py")}
+
+
+def _facade_reads(path: Path) -> list[str]:
+    """``line: name`` of each import in ``path`` that takes a name from the facade (``mldist/__init__.py``)."""
+    package = path.parent.relative_to(SRC).parts
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level and not node.module and node.level > len(package):
+            names = [a.name for a in node.names]  # ``from .. import x`` reaching src/mldist itself
+        elif isinstance(node, ast.ImportFrom) and node.module == "mldist":
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name == "mldist"]
+        else:
+            continue
+        found += [f"{node.lineno}: {name}" for name in names if name not in SUBMODULES]
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
+def test_no_module_reads_the_facade(path: Path) -> None:
+    """The facade imports the stages; a stage that imported a name back from it would run against the pipeline."""
+    if _parts(path) in (("__init__",), ("__main__",)):
+        return
+    assert not _facade_reads(path), f"{path.relative_to(SRC)} imports from the facade: {_facade_reads(path)}"
 
 
 def _member(path: Path, folder: Path) -> str:
@@ -216,8 +239,8 @@ def _import_graph(folder: Path) -> dict[str, dict[str, str]]:
     for path in paths:
         importer = _member(path, folder)
         for target, line in _import_sites(path, runtime_only=True).items():
-            if target[: len(package)] != package or target in FACADE_READS:
-                continue  # outside this folder, or a read of the facade's version
+            if target[: len(package)] != package:
+                continue  # outside this folder
             rest = target[len(package) :]
             imported = rest[0] if rest and rest[0] in members else "__init__"
             if imported != importer:

@@ -17,10 +17,10 @@ from typing import Any
 
 from . import runtime as _runtime
 from .checkpoint import CheckpointManager
+from ._version import __version__
 from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
 from .runtime import *  # noqa: F403 - the facade re-exports the runtime's public names
 
-__version__ = "0.1.0"
 
 #: Submodules reachable as attributes after a plain ``import mldist``, imported on first use.
 _LAZY = ("keras", "data", "preempt", "horovod")

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._version import __version__
 from ..base.files import atomic_write, fsync_dir
 from ..errors import CheckpointError
 
@@ -54,8 +55,6 @@ class ModelMismatch(CheckpointError):
 
 def versions() -> dict[str, str]:
     """Versions recorded in every manifest."""
-    from .. import __version__
-
     out = {"mldist": __version__, "python": sys.version.split()[0]}
     for name in ("tensorflow", "keras"):
         module = sys.modules.get(name)

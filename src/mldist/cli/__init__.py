@@ -16,6 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .._version import __version__
 from ..errors import MldistError
 from . import bench, buildenv, data, jobs, observe, run, tools
 from .common import FORMATTER, Handler, Parser
@@ -26,7 +27,6 @@ GROUPS = (run, jobs, buildenv, tools, bench, observe, data)
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     """The top-level parser and every subcommand's handler by name."""
-    from .. import __version__
 
     parser = Parser(
         prog="mldist",

@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._version import __version__
 from ..base.rundir import now_iso, prepare_run_dir, read_reports, write_json
 from ..errors import MldistError
 from ..placement import backend
@@ -71,8 +72,6 @@ def versions() -> dict[str, str]:
         >>> {"python", "mldist"} <= set(versions())
         True
     """
-    from .. import __version__
-
     out = {"python": platform.python_version(), "mldist": __version__}
     for name in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

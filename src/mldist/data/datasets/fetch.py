@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..._version import __version__
 from ...base.files import make_dirs, replace_durably
 from ...errors import ConfigError, MldistError
 from .cache import expected_hashes, record_sha256, recorded_sha256, sha256_of
@@ -111,8 +112,6 @@ def base_url(ds: Dataset, mirror: str | None) -> str:
 
 def _open(url: str, start: int, timeout: float) -> Any:
     """The response to a GET of ``url`` from byte ``start``; None if the server has nothing after it."""
-    from ... import __version__
-
     request = urllib.request.Request(url, headers={"User-Agent": f"mldist/{__version__}"})
     if start:
         request.add_header("Range", f"bytes={start}-")

@@ -26,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from ..._version import __version__
 from ...errors import ConfigError
 from .render import redaction_sed
 
@@ -201,8 +202,6 @@ def running_source(package_dir: Path | None = None) -> str:
         >>> running_source(Path("/nonexistent/src/mldist")).startswith(("/", "mldist=="))
         True
     """
-    from ... import __version__
-
     try:
         found = _direct_url_path(metadata.distribution("mldist").read_text("direct_url.json"))
     except metadata.PackageNotFoundError:
