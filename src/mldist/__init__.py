@@ -16,11 +16,10 @@ import importlib
 from typing import Any
 
 from . import runtime as _runtime
-from .checkpoint import CheckpointManager
 from ._version import __version__
+from .checkpoint import CheckpointManager
 from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
 from .runtime import *  # noqa: F403 - the facade re-exports the runtime's public names
-
 
 #: Submodules reachable as attributes after a plain ``import mldist``, imported on first use.
 _LAZY = ("keras", "data", "preempt", "horovod")

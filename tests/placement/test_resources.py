@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mldist.errors import ConfigError
-from mldist.placement.resources import choose_gpu, openmp_defaults, physical_gpu_id, plan_threads, proxy_settings
+from mldist.placement.proxies import proxy_settings
+from mldist.placement.resources import choose_gpu, openmp_defaults, physical_gpu_id, plan_threads
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from helpers import check, clean_env, mldist
-from mldist.placement.resources import REDACTED, is_secret_name, redact, redact_url
+from mldist.base.secrets import REDACTED, is_secret_name, redact, redact_url
 from mldist.tools.report import build_report, format_report
 
 SECRET = "hunter2-s3cr3t"

@@ -59,7 +59,7 @@ _MODULE = re.compile(r"[^\s\x00-\x1f\x7f]+")
 
 
 def _env_pair(text: str) -> tuple[str, str]:
-    from ..placement.resources import is_secret_name
+    from ..base.secrets import is_secret_name
 
     key, sep, value = text.partition("=")
     if not sep:

@@ -1,4 +1,4 @@
-"""Decisions about CPUs, GPUs and proxies for one worker.
+"""Decisions about CPUs and GPUs for one worker: its share of the node.
 
 ``init`` applies them; ``mldist env`` prints them. Nothing here changes the
 process: inputs are numbers and environment mappings, outputs are plans.
@@ -12,8 +12,7 @@ Example:
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
@@ -317,81 +316,3 @@ def physical_gpu_id(index: int, cuda_visible_devices: str | None) -> str:
         if index < len(ids):
             return ids[index]
     return str(index)
-
-
-_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy")
-
-
-def proxy_settings(env: Mapping[str, str], hosts: Sequence[str]) -> dict[str, str]:
-    """``no_proxy`` additions that keep gRPC between workers off the proxy.
-
-    Compute nodes at several centres export an HTTP proxy; gRPC honours it
-    and then cannot reach the other workers. Adding the worker hosts to
-    ``no_proxy`` keeps the proxy for everything else (e.g. downloads).
-
-    Args:
-        env: current environment.
-        hosts: host names of all workers.
-
-    Example:
-        >>> proxy_settings({"https_proxy": "http://p:3128"}, ["n1"])["no_proxy"]
-        'localhost,127.0.0.1,n1'
-        >>> proxy_settings({}, ["n1"])
-        {}
-    """
-    if not any(env.get(v) for v in _PROXY_VARS):
-        return {}
-    current = env.get("no_proxy") or env.get("NO_PROXY") or ""
-    items = [x for x in current.split(",") if x]
-    for h in ("localhost", "127.0.0.1", *hosts):
-        if h not in items:
-            items.append(h)
-    value = ",".join(items)
-    return {"no_proxy": value, "NO_PROXY": value}
-
-
-# -- redaction: what ``mldist env`` and the job's environment record never print ----------------
-
-#: Shown instead of a secret.
-REDACTED = "<redacted>"
-#: A variable is secret when its name (any case) contains one of these words ...
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "AUTH")
-#: ... or ends with one of these.
-SECRET_SUFFIXES = ("_KEY",)
-_SECRET_NAME = re.compile(
-    "|".join([*(f".*{w}.*" for w in SECRET_WORDS), *(f".*{s}" for s in SECRET_SUFFIXES)]), re.IGNORECASE | re.DOTALL
-)
-# scheme://USERINFO@host: the userinfo runs to the last "@" before the path (passwords may hold "@").
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s\"]*@")
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether variable ``name`` looks like it holds a secret (token, password, API key, ...).
-
-    Example:
-        >>> [is_secret_name(n) for n in ("WANDB_API_KEY", "hf_token", "AWS_SECRET_ACCESS_KEY", "NCCL_DEBUG")]
-        [True, True, True, False]
-    """
-    return bool(_SECRET_NAME.fullmatch(name))
-
-
-def redact_url(value: str) -> str:
-    """``value`` with the ``user:password@`` part of every URL in it replaced (proxy settings).
-
-    Example:
-        >>> redact_url("http://alice:s3cret@proxy:3128")
-        'http://<redacted>@proxy:3128'
-        >>> redact_url("http://proxy:3128")
-        'http://proxy:3128'
-    """
-    return _URL_USERINFO.sub(rf"\1{REDACTED}@", value)
-
-
-def redact(name: str, value: str) -> str:
-    """What may be shown of variable ``name``: nothing of a secret, no credentials in URLs.
-
-    Example:
-        >>> redact("WANDB_API_KEY", "abc"), redact("https_proxy", "http://u:p@proxy:3128")
-        ('<redacted>', 'http://<redacted>@proxy:3128')
-    """
-    return REDACTED if is_secret_name(name) else redact_url(value)

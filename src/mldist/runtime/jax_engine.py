@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement, build_cluster_spec
-from ..placement.resources import ThreadPlan, choose_gpu, proxy_settings
+from ..placement.proxies import worker_no_proxy
+from ..placement.resources import ThreadPlan, choose_gpu
 from . import stall
 from .engine import mpi_allgather_hosts
 
@@ -129,7 +130,7 @@ class JaxEngine:
 
         spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
         # JAX's coordinator speaks gRPC, which would send it to a site's HTTP proxy.
-        os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
+        os.environ.update(worker_no_proxy(os.environ, spec.workers))
         jax.distributed.initialize(
             coordinator_address=spec.workers[0],
             num_processes=spec.size,

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigError, LaunchError, RuntimeStateError
 from ..placement import ClusterSpec, Placement, build_cluster_spec
-from ..placement.resources import proxy_settings
+from ..placement.proxies import worker_no_proxy
 from . import compat
 from .context import STATE
 from .engine import mpi_allgather_hosts
@@ -81,7 +81,7 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
 def start_for(tf: Any, placement: Placement, communication: str) -> tuple[Any, tuple[str, ...]]:
     """Find every rank's address (over MPI where the launcher gives none), keep proxies off them, start."""
     spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
-    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
+    os.environ.update(worker_no_proxy(os.environ, spec.workers))
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     strategy, _ = start(tf, spec, communication, has_gpu)
     return strategy, spec.workers

@@ -23,13 +23,13 @@ from typing import Any
 
 from ..errors import ConfigError, UnsupportedError
 from ..placement import Placement, backend, build_cluster_spec, detect, engines
+from ..placement.proxies import worker_no_proxy
 from ..placement.resources import (
     ThreadPlan,
     choose_gpu,
     cpu_probe,
     idle_gpus_warning,
     openmp_defaults,
-    proxy_settings,
     thread_plan,
 )
 from . import compat, engine, failures, leave, stall, watchdog
@@ -314,7 +314,7 @@ def _late_strategy() -> Any:
     from . import tf_engine
 
     spec = build_cluster_spec(detect(os.environ), os.environ, engine.mpi_allgather_hosts)
-    os.environ.update(proxy_settings(os.environ, sorted({w.rpartition(":")[0] for w in spec.workers})))
+    os.environ.update(worker_no_proxy(os.environ, spec.workers))
     try:
         return tf_engine.start(tf, spec, "ring", has_gpu=context().gpu is not None)[0]
     except RuntimeError as exc:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import MldistError
 from ..placement import build_cluster_spec, detect, no_discovery
-from ..placement.resources import proxy_settings
+from ..placement.proxies import proxy_settings
 
 Result = tuple[str, str, str, str]
 _PROBE = (

@@ -27,17 +27,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..base.procs import STARTUP_NOISE
+from ..base.secrets import redact
 from ..errors import MldistError
 from ..placement import Placement, backend, build_cluster_spec, detect
 from ..placement.engines import requested_engine
-from ..placement.resources import (
-    cpu_probe,
-    openmp_defaults,
-    physical_gpu_id,
-    proxy_settings,
-    redact,
-    thread_plan,
-)
+from ..placement.proxies import worker_no_proxy
+from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, thread_plan
 from ..runtime.engine import mpi_allgather_hosts
 from ..runtime.worker import decide_here
 
@@ -171,7 +166,7 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         plan = thread_plan(env, spec.local_size, probe)  # the very function init() uses
         report["threads"] = dataclasses.asdict(plan) | {"node_cpus": probe.total, "affinity_cpus": len(probe.allowed)}
         would = openmp_defaults(plan, probe.pinned)
-        would |= proxy_settings(env, sorted({w.rpartition(":")[0] for w in spec.workers}))
+        would |= worker_no_proxy(env, spec.workers)
         report["init_would_set"] = {k: redact(k, v) for k, v in would.items() if not env.get(k)}
     except MldistError as exc:
         errors.append(str(exc))

@@ -23,10 +23,10 @@ import pytest
 from harness import CMD, JOB_ID, LAUNCH_1, Job, base_env, check_job_ran, make_job
 from helpers import check, clean_env, mldist
 from mldist.base.files import atomic_write, make_dirs
+from mldist.base.secrets import REDACTED, is_secret_name
 from mldist.launch.batch.render import redaction_sed, render
 from mldist.launch.batch.schedulers import SCHEDULERS
 from mldist.launch.batch.spec import JobSpec
-from mldist.placement.resources import REDACTED, is_secret_name
 
 SECRET = "hunter2-s3cr3t"
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import shlex
 
+from ...base.secrets import REDACTED, SECRET_SUFFIXES, SECRET_WORDS
 from ...errors import REQUEUE_CODE
-from ...placement.resources import REDACTED, SECRET_SUFFIXES, SECRET_WORDS
 from .checks import check
 from .launchers import LAUNCHERS, Raw, Shell, launch_argv, launcher_name, thread_lines
 from .schedulers import Scheduler, scheduler
@@ -125,7 +125,7 @@ def _any_case(text: str) -> str:
 def redaction_sed() -> list[str]:
     """The ``sed`` programs that hide secrets in the environment record (``sed -E -e P1 -e P2 ...``).
 
-    The same rule as ``mldist env`` (``placement.resources.redact``), applied by the shell so a
+    The same rule as ``mldist env`` (``base.secrets.redact``), applied by the shell so a
     record stays clean even when the job's own mldist is older or missing: credentials in URLs
     (``http://<redacted>@proxy:3128``), then JSON members ``"NAME": "..."`` and ``NAME=...`` of
     secret-looking names (``mldist env --json``, plain ``mldist env``, ``env``). ``pkg==1.0``
