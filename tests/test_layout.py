@@ -296,3 +296,119 @@ def test_no_import_circle_within_a_package(folder: Path) -> None:
         + "; ".join(found)
         + (" (move the shared code into a module both import; a function-local import only hides the circle)")
     )
+
+
+#: The engines' and backends' names: code outside the decisions asks the engine or the backend's traits.
+ENGINE_NAMES = {"mpi", "ring", "nccl", "jax", "tensorflow"}
+#: Where those names may be compared: the decisions, the engine modules themselves, the CLI's argument parsing.
+NAMES_COMPARED = {
+    ("placement", "engines"),
+    ("placement", "backend"),
+    ("runtime", "engine"),
+    ("runtime", "mpi_engine"),
+    ("runtime", "mpi_world"),
+    ("runtime", "tf_engine"),
+    ("runtime", "jax_engine"),
+}
+
+
+def _named_constants(node: ast.expr) -> set[str]:
+    """The engine names among the string constants of ``node`` (a constant, or a tuple/list/set of them)."""
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and i.value in ENGINE_NAMES}
+
+
+def _name_comparisons(path: Path) -> list[str]:
+    """``line: code`` of each comparison in ``path`` against an engine or backend name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and any(_named_constants(x) for x in (node.left, *node.comparators)):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
+def test_engine_and_backend_names_are_compared_only_where_they_are_decided(path: Path) -> None:
+    parts = _parts(path)
+    if parts in NAMES_COMPARED or parts[0] == "cli":
+        return
+    assert not _name_comparisons(path), (
+        f"{path.relative_to(SRC)} compares engine or backend names: {_name_comparisons(path)}; ask the engine "
+        "(mldist.runtime.engine.running()'s flags) or the decision (ctx.decision.traits, Decision's properties)"
+    )
+
+
+def test_the_name_scan_finds_comparisons(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('if ctx.communication == "mpi" or name in ("ring", "nccl") or "jax" != b:\n    pass\n')
+    assert [line.split(": ", 1)[1] for line in _name_comparisons(sample)] == [
+        "ctx.communication == 'mpi'",
+        "name in ('ring', 'nccl')",
+        "'jax' != b",
+    ]
+    sample.write_text('if kind in ("openmpi", "mpich") or x == "none":\n    pass\n')
+    assert not _name_comparisons(sample)
+
+
+#: The ``mldist run`` launcher's modules: they read the environment only through ``local.inherited``.
+#: The shims (shim, remote_shim) are not among them: they run in each rank's own process, before the command.
+LAUNCHER = [p for p in sorted((SRC / "launch").glob("*.py")) if p.stem not in ("shim", "remote_shim")]
+
+
+def _environ_reads(path: Path) -> list[tuple[int, str]]:
+    """``(line, enclosing function)`` of each use of ``os.environ``/``os.getenv`` in ``path``."""
+    tree = ast.parse(path.read_text())
+    within: dict[int, str] = {}
+    for func in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        within |= {id(inner): func.name for stmt in func.body for inner in ast.walk(stmt)}
+    return [
+        (node.lineno, within.get(id(node), ""))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and ast.unparse(node.value) == "os"
+    ]
+
+
+@pytest.mark.parametrize("path", LAUNCHER, ids=lambda p: p.name)
+def test_the_launcher_reads_the_environment_in_one_function(path: Path) -> None:
+    allowed = "inherited" if path.stem == "local" else None
+    for line, function in _environ_reads(path):
+        assert function == allowed, (
+            f"launch/{path.name}:{line} reads os.environ; take the environment local.inherited() gives "
+            "(RunConfig.env is what the workers get beyond it)"
+        )
+
+
+def test_the_launcher_has_its_one_read() -> None:
+    assert [f for _, f in _environ_reads(SRC / "launch" / "local.py")] == ["inherited"]
+
+
+def _environ_writes(path: Path) -> list[int]:
+    """Lines of ``path`` that change this process's environment (``os.environ[...] =``, ``.update``, ``putenv``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets += [node.target] if isinstance(node, ast.AugAssign) else []
+        targets += node.targets if isinstance(node, ast.Delete) else []
+        if any(isinstance(t, ast.Subscript) and ast.unparse(t.value) == "os.environ" for t in targets):
+            found.append(node.lineno)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in (
+            *(f"os.environ.{m}" for m in ("update", "setdefault", "pop", "popitem", "clear")),
+            "os.putenv",
+            "os.unsetenv",
+        ):
+            found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "cli").glob("*.py")), ids=lambda p: p.name)
+def test_the_cli_hands_the_workers_environment_over_in_the_config(path: Path) -> None:
+    assert not _environ_writes(path), (
+        f"cli/{path.name} changes os.environ at lines {_environ_writes(path)}: put what the workers need in "
+        "RunConfig.env (or pass it to the function that runs the work)"
+    )
+
+
+def test_the_write_scan_finds_writes(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('import os\nos.environ["A"] = "1"\nos.environ.update(B="2")\nx = os.environ.get("C")\n')
+    assert _environ_writes(sample) == [2, 3]

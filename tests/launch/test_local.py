@@ -144,3 +144,34 @@ def test_the_first_failure_is_the_earliest_then_a_killed_rank() -> None:
     assert failure_order([(0, 1), (1, -9)], {0: 0.0, 1: 0.0}) == [(1, -9), (0, 1)]
     assert failure_order([(0, 1), (1, -9)], {0: 5.0, 1: 6.0}) == [(0, 1), (1, -9)]
     assert failure_order([(1, 1), (0, 0)], {}) == [(0, 0), (1, 1)]
+
+
+def test_the_workers_get_the_configs_environment_and_the_launchers_stays_as_it_was(tmp_path: Path) -> None:
+    from mldist.launch.local import inherited, run
+
+    code = "import os; print(os.environ['MLDIST_TEST_EXTRA'], os.environ['MLDIST_TEST_KEPT'])"
+    cfg = RunConfig(
+        nprocs=2,
+        command=(PY, "-c", code),
+        communication="ring",
+        log_dir=str(tmp_path),
+        env={"MLDIST_TEST_EXTRA": "x y"},
+    )
+    before = dict(os.environ)
+    os.environ["MLDIST_TEST_KEPT"] = "kept"
+    try:
+        assert inherited(cfg)["MLDIST_TEST_EXTRA"] == "x y"
+        assert run(cfg) == 0
+        assert "MLDIST_TEST_EXTRA" not in os.environ
+    finally:
+        os.environ.pop("MLDIST_TEST_KEPT")
+    assert dict(os.environ) == before
+    assert [(tmp_path / f"rank-{r}.log").read_text() for r in (0, 1)] == ["x y kept\n"] * 2
+
+
+@pytest.mark.parametrize("env", [{"1BAD": "x"}, {"A B": "x"}, {"OK": "nul\0"}, {"": "x"}])
+def test_a_worker_variable_that_no_shell_could_pass_is_refused(env: dict[str, str]) -> None:
+    from mldist.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="worker variable"):
+        RunConfig(nprocs=1, command=("python",), env=env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -56,7 +57,8 @@ def test_the_launcher_starts_jax_workers_directly_and_records_the_backend() -> N
     cfg = RunConfig(nprocs=2, command=("python", "t.py"))
     decision, group = launch_plan(cfg, {"KERAS_BACKEND": "jax", "PATH": ""})
     assert (decision.name, group) == ("jax", DirectGroup)
-    assert config_record(cfg, "direct", {"KERAS_BACKEND": "jax"}, decision)["keras_backend"] == "jax"
+    decided = dataclasses.replace(cfg, decision=decision)
+    assert config_record(decided, "direct", {"KERAS_BACKEND": "jax"})["keras_backend"] == "jax"
 
 
 def test_jax_thread_and_gpu_settings() -> None:

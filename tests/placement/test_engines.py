@@ -120,7 +120,61 @@ def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.Monk
     spy = Spy("nccl")
     monkeypatch.setattr(engines, "decide", spy)
     placement = Placement(rank=1, size=2, local_rank=1, local_size=2, launcher="tf_config")
-    decision, _ = decide_here(placement, "ring", has_gpu=False, env={})
+    decision = decide_here(placement, "ring", has_gpu=False, env={})
     assert decision == Decision("nccl", "spy") and spy.calls[-1]["rank"] == 1
-    assert _engine({}, placement, has_gpu=False, keras="tensorflow")["choice"] == "nccl"
+    assert _engine({}, placement, has_gpu=False)["choice"] == "nccl"
     assert len(spy.calls) == 2
+
+
+class Probe:
+    """Stands in for joining the MPI world: counts the calls."""
+
+    def __init__(self, world: MpiWorld | str | None) -> None:
+        self.world, self.calls = world, 0
+
+    def __call__(self) -> MpiWorld | str | None:
+        self.calls += 1
+        return self.world
+
+
+@pytest.mark.parametrize(
+    "requested, env, gpu, asks, name",
+    [
+        ("auto", {}, False, True, "mpi"),
+        ("mpi", {}, True, True, "mpi"),
+        ("ring", {}, False, False, "ring"),
+        ("auto", {}, True, False, "nccl"),
+        (None, {"MLDIST_COMMUNICATION": "ring"}, False, False, "ring"),
+        ("auto", {"KERAS_BACKEND": "jax"}, False, False, "jax"),
+        ("mpi", {"KERAS_BACKEND": "jax"}, False, False, "jax"),
+    ],
+)
+def test_decide_with_gathers_the_facts_and_joins_mpi_only_when_it_matters(
+    requested: str | None, env: dict[str, str], gpu: bool, asks: bool, name: str
+) -> None:
+    probe = Probe(MpiWorld(0, 2, "Open MPI v5.0.8, package: x"))
+    env = {"HOME": "/nonexistent", **env}
+    decision = engines.decide_with(requested, env, rank=0, size=2, launcher="openmpi", gpu=gpu, mpi=probe)
+    assert (decision.name, probe.calls) == (name, int(asks))
+    assert decision.backend == env.get("KERAS_BACKEND", "tensorflow")
+    assert decision.library == ("Open MPI v5.0.8, package: x" if name == "mpi" else "")
+
+
+def test_decide_with_takes_the_loaded_backend_over_the_environment() -> None:
+    decision = engines.decide_with(
+        "auto", {"KERAS_BACKEND": "tensorflow"}, rank=0, size=2, launcher="mldist", gpu=False, mpi=lambda: None,
+        loaded_backend="jax",
+    )  # fmt: skip
+    assert (decision.name, decision.backend, decision.traits.averages_in_step) == ("jax", "jax", True)
+
+
+def test_the_decision_answers_what_the_launcher_and_the_tools_ask() -> None:
+    fallback = Decision("ring", "mpi4py is not installed")
+    assert fallback.fallback and not Decision("ring").fallback and not Decision("mpi", "host-staged").fallback
+    assert Decision("mpi").mpi_world and not Decision("ring").mpi_world and not Decision("none").mpi_world
+    assert (
+        engines.announcement(None, fallback) == "using TensorFlow's RING collectives, not MPI: mpi4py is not installed"
+    )
+    assert engines.announcement("mpi", fallback).startswith("the launcher chose the mpi engine")
+    assert engines.announcement(None, Decision("mpi", "host-staged: GPU")) == "MPI engine, host-staged: GPU"
+    assert engines.announcement(None, Decision("nccl")) == ""

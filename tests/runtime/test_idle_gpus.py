@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from mldist.placement.engines import Decision
 from mldist.placement.resources import idle_gpus_warning
 from mldist.runtime import worker
 
@@ -32,7 +33,7 @@ def test_warned_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
         distribute=types.SimpleNamespace(has_strategy=lambda: False),
     )
     monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
-    monkeypatch.setattr(worker, "init", lambda: types.SimpleNamespace(local_size=1, backend="tensorflow"))
+    monkeypatch.setattr(worker, "init", lambda: types.SimpleNamespace(local_size=1, decision=Decision("none")))
     monkeypatch.setattr(worker, "_warned_idle_gpus", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

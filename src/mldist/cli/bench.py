@@ -118,7 +118,7 @@ def _plan(args: argparse.Namespace, in_job: bool) -> tuple[tuple[int, ...], tupl
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from ..placement import detect
+    from ..placement import backend, detect
     from ..tools import bench, bench_output
 
     bench.check_model(args.model, args.image_size)
@@ -126,10 +126,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     counts, engines = _plan(args, in_job)
     if args.backend and (in_job or args.tune_threads) and len(args.backend) > 1:
         raise ConfigError("--backend tensorflow,jax compares local runs: give one inside a job or with --tune-threads")
-    if args.backend and len(args.backend) == 1:
-        os.environ["KERAS_BACKEND"] = args.backend[0]
-    if args.profile_steps:
-        os.environ["MLDIST_PROFILE_STEPS"] = args.profile_steps  # the ranks of a job, or the workers' launcher
+    # The workers' Keras backends (and with them the launcher's engine decision): as asked, else as they would find it.
+    backends = args.backend or (backend.keras_backend(os.environ, backend.read_config(os.environ)),)
     run_dir = _run_dir(args.run_dir, args.profile_steps is not None and not in_job)
     json_path = args.json or (str(run_dir / "bench.json") if run_dir else None)
     _check_json(json_path)
@@ -139,7 +137,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if in_job:
         from ..tools.bench_worker import job_row
 
-        row = job_row(cfg, engines[0])
+        row = job_row(cfg, engines[0], backend=backends[0], profile_steps=args.profile_steps)
         if row is not None:
             print(bench.format_row(row), flush=True)
             if args.profile_steps:
@@ -151,19 +149,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 bench_output.write_json(json_path, [row])
         return 0
 
-    def runner(n: int, engine: str, threads: tuple[int, int] | None) -> dict[str, Any]:
-        return bench.run_workers(cfg, n, engine, threads, run_dir)
+    def runner(name: str) -> bench.Runner:
+        def run(n: int, engine: str, threads: tuple[int, int] | None) -> dict[str, Any]:
+            return bench.run_workers(cfg, n, engine, threads, run_dir, backend=name, profile_steps=args.profile_steps)
+
+        return run
 
     if args.tune_threads:
         from ..placement.resources import cpu_probe
 
-        rows, best = bench.tune_threads(len(cpu_probe().allowed), runner)
+        rows, best = bench.tune_threads(len(cpu_probe().allowed), runner(backends[0]))
         extra = {"best": {"intra_op": best["intra_op"], "inter_op": best["inter_op"]}}
     else:
         rows, extra = [], {}
-        for name in args.backend or (os.environ.get("KERAS_BACKEND", "tensorflow"),):
-            os.environ["KERAS_BACKEND"] = name  # the workers' Keras, and the launcher's engine decision
-            rows += bench.sweep(counts, engines if name == "tensorflow" else ("auto",), runner)
+        for name in backends:
+            # A backend that averages inside its compiled step brings its own engine: no list to compare.
+            chosen = ("auto",) if backend.traits(name).averages_in_step else engines
+            rows += bench.sweep(counts, chosen, runner(name))
     if json_path:
         bench_output.write_json(json_path, rows, extra)
     return 0

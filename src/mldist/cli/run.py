@@ -223,15 +223,17 @@ def _mpi_args(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
-def _horovodrun_env(args: argparse.Namespace) -> None:
-    """horovodrun's --timeline-filename and --log-level as the variables the workers read (they inherit them)."""
+def _horovodrun_env(args: argparse.Namespace) -> dict[str, str]:
+    """horovodrun's --timeline-filename and --log-level as the variables the workers read (``RunConfig.env``)."""
+    env = {}
     if args.timeline_filename:
-        os.environ["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
+        env["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.log_level:
-        os.environ["HOROVOD_LOG_LEVEL"] = args.log_level
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = LOG_LEVELS[args.log_level]
+        env["HOROVOD_LOG_LEVEL"] = args.log_level
+        env["TF_CPP_MIN_LOG_LEVEL"] = LOG_LEVELS[args.log_level]
     if args.start_timeout is not None:
         print("mldist run: --start-timeout has no effect (workers do not wait for a rendezvous)", file=sys.stderr)
+    return env
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -242,7 +244,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     nprocs, hosts = _placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
-    _horovodrun_env(args)
     cfg = RunConfig(
         nprocs=nprocs,
         command=command,
@@ -259,6 +260,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         hosts=hosts,
         network_interface=args.network_interface,
         mpi_args=args.mpi_args or (),
+        env=_horovodrun_env(args),
     )
     return run(cfg)
 

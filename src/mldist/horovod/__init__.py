@@ -175,8 +175,12 @@ def refused(name: str, module: str) -> Exception:
     return AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
+#: Horovod's subpackages, reachable as attributes as in Horovod (``hvd.tensorflow``, ...).
+_SUBPACKAGES = ("tensorflow", "keras", "common")
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("tensorflow", "keras", "common"):
+    if name in _SUBPACKAGES:
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

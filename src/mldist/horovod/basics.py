@@ -287,9 +287,9 @@ def mpi_built() -> bool:
 
 
 def mpi_enabled() -> bool:
-    """Whether this run's collectives go through MPI (``ctx.communication == "mpi"``)."""
+    """Whether this run's collectives go through MPI (its workers form one MPI world)."""
     ctx = runtime.current()
-    return ctx is not None and ctx.communication == "mpi"
+    return ctx is not None and ctx.decision.mpi_world
 
 
 def mpi_threads_supported() -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
 from ..runtime import subsets
+from ..runtime.engine import running
 from . import basics
 from .basics import WIRE_OPS, Average, Sum, check_process_set, honours_process_set
 from .compression import Compression
@@ -300,14 +301,12 @@ def join(device: str = "") -> Any:
     world size); a broadcast or allgather on the others fails meanwhile. On RING/NCCL
     ``join`` is a collective: call it at the same point on every rank.
     """
-    ctx = basics.context()
+    basics.context()
     tf = _tf()
-    if ctx.size > 1 and ctx.communication == "mpi":
-        from ..runtime import mpi_engine
-
+    if (eng := running()).joins:
         if tf.executing_eagerly():
-            return tf.constant(mpi_engine.join(), tf.int32)
-        last = tf.numpy_function(lambda: np.int32(mpi_engine.join()), [], tf.int32, stateful=True)
+            return tf.constant(eng.join(), tf.int32)
+        last = tf.numpy_function(lambda: np.int32(eng.join()), [], tf.int32, stateful=True)
         return tf.reshape(last, [])
     stamp = tf.constant([[time.time(), float(basics.rank())]], tf.float64)
     stamps = runtime.allgather(stamp)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, UnsupportedError
 from ..runtime import subsets
+from ..runtime.engine import NO_SUBGROUPS, running
 from . import basics
 from .basics import ProcessSet, global_process_set
 
@@ -27,22 +28,15 @@ _REGISTERED: dict[int, ProcessSet] = {0: global_process_set}
 def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     """Register a process set (collective: every rank calls it with the same ranks); the set, with its id."""
     ctx = basics.context()
-    if ctx.size > 1 and ctx.communication != "mpi":
-        raise UnsupportedError(
-            f"process sets need the MPI engine (this run uses {ctx.communication}); start with --communication mpi"
-        )
+    if not (eng := running()).subgroups:
+        raise UnsupportedError(NO_SUBGROUPS.format(name=eng.name))
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if not ps.ranks or any(not 0 <= r < ctx.size for r in ps.ranks):
         raise ConfigError(f"{ps!r}: give ranks from 0 to {ctx.size - 1}")
     if ps.process_set_id is not None or any(ps == known for known in _REGISTERED.values()):
         raise ValueError(f"{ps!r} is already registered (Horovod refuses duplicate process sets too)")
     key = max(_REGISTERED) + 1
-    if ctx.size > 1:
-        from ..runtime import mpi_engine
-
-        ps.subset = subsets.split(mpi_engine.world(), key, tuple(ps.ranks))
-    else:
-        ps.subset = subsets.Subset(key, tuple(ps.ranks), None)
+    ps.subset = eng.subgroup(key, tuple(ps.ranks))
     ps.process_set_id = key
     _REGISTERED[key] = ps
     return ps

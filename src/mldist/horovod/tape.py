@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
+from ..runtime.engine import running
 from ..runtime.gradients import XLA_CPU_FIX
 from . import basics
 from .basics import Average, check_process_set
@@ -98,7 +99,8 @@ def _reduce(grads: list[Any], how: Reduction) -> list[Any]:
 
     from ..runtime import compat
 
-    if basics.context().communication != "nccl" and compat.compiling_with_xla():
+    basics.context()
+    if not running().xla_safe and compat.compiling_with_xla():
         raise ConfigError(XLA_CPU_FIX)
     if how.sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]

@@ -111,7 +111,7 @@ def DistributedOptimizer(
 
     ctx = runtime.init()
     check_compression(compression)
-    if ctx.backend == "jax":
+    if ctx.decision.traits.averages_in_step:
         return _on_jax(optimizer, ctx.size)
     worker.warn_idle_gpus()
     if getattr(type(optimizer), "_mldist_distributed", False):

@@ -15,6 +15,7 @@ from typing import Any
 
 import keras
 
+from ..placement.backend import traits
 from ..runtime.profiling import StepProfiler, trace_dir
 
 
@@ -33,7 +34,7 @@ class ProfileSteps(keras.callbacks.Callback):  # type: ignore[misc]
             self.profiler = StepProfiler.from_env()
         else:
             self.profiler = StepProfiler(first, last, trace_dir(os.environ))
-        if self.profiler is not None and keras.config.backend() == "jax":
+        if self.profiler is not None and not traits(keras.config.backend()).runs_tensorflow:
             # TensorFlow's profiler sees nothing of an XLA step that JAX runs.
             print(
                 "mldist: --profile-steps/ProfileSteps record TensorFlow's profiler; not on KERAS_BACKEND=jax "

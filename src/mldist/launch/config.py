@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 import re
 import resource
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError, LaunchError
-from ..placement.engines import COMMUNICATIONS
+from ..placement.engines import COMMUNICATIONS, Decision
 
 #: The values of ``--network``: where directly started workers' servers listen.
 NETWORKS = ("auto", "private", "host")
@@ -31,6 +32,8 @@ MAX_WORKERS = 4096
 #: A host name of ``-H``/``--hostfile``; a ``--network-interface`` (a name, or an address/CIDR).
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
+#: A variable name of ``RunConfig.env``: what a shell and ``mpiexec -x`` accept.
+VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Descriptors the launcher holds per worker (output pipes, FIFOs, ports while choosing), and for itself.
 _FDS_PER_WORKER, _FDS_BASE = 6, 64
 
@@ -62,10 +65,17 @@ class RunConfig:
         network_interface: with ``hosts``, the interface (name, or address/CIDR as Open MPI takes
             it) that MPI and its launcher use between the hosts.
         mpi_args: more arguments for mpiexec, before the command (horovodrun's ``--mpi-args``).
+        env: what the workers get beyond the launcher's own environment (the launcher decides
+            with it too: ``KERAS_BACKEND`` here chooses the workers' engine); the launcher's
+            process environment is never changed.
+        decision: the engine decision (:func:`mldist.placement.engines.decide_with`): None as
+            the CLI builds it, set by the launcher once it has decided, then read by every part.
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
         2
+        >>> RunConfig(nprocs=2, command=("python",), env={"KERAS_BACKEND": "jax"}).env["KERAS_BACKEND"]
+        'jax'
     """
 
     nprocs: int
@@ -83,6 +93,8 @@ class RunConfig:
     hosts: tuple[tuple[str, int], ...] = ()
     network_interface: str | None = None
     mpi_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    decision: Decision | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -101,6 +113,11 @@ class RunConfig:
         if self.communication not in COMMUNICATIONS:
             raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
         self._check_hosts()
+        for var, text in self.env.items():
+            if not (isinstance(var, str) and VARIABLE.fullmatch(var) and isinstance(text, str) and "\0" not in text):
+                raise ConfigError(
+                    f"worker variable {var!r}={text!r}: give NAME=value, the name of letters, digits and _"
+                )
 
     def _check_hosts(self) -> None:
         """``hosts`` and what goes with it: slots for every worker, the options that need one host."""

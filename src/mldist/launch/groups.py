@@ -7,7 +7,7 @@ them so they share one MPI world. Both give the supervisor the same handles:
 
 Example::
 
-    group = DirectGroup(cfg, restart=0)
+    group = DirectGroup(cfg, inherited(cfg), restart=0)
     group.start(); ...; group.signal_all(signal.SIGTERM); group.finish()
 """
 
@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
@@ -91,15 +91,17 @@ class Group(ABC):
     """What both kinds of group share: output pumps, log files, signalling, the workers' last words.
 
     Args:
-        cfg: the run configuration.
+        cfg: the run configuration; its ``decision`` (the launcher's, ``MLDIST_ENGINE`` for the
+            workers) when the launcher has decided.
+        env: the environment the workers inherit (``mldist.launch.local.inherited``).
         restart: how many times the group was started before.
-        engine: the engine the launcher decided (``MLDIST_ENGINE`` for the workers), or "".
     """
 
-    def __init__(self, cfg: RunConfig, restart: int = 0, engine: str = "") -> None:
+    def __init__(self, cfg: RunConfig, env: Mapping[str, str], restart: int = 0) -> None:
         self.cfg = cfg
+        self.env = env
         self.restart = restart
-        self.engine = engine
+        self.engine = cfg.decision.name if cfg.decision is not None else ""
         #: Each rank's last words (``note-R``), in a directory only this user can read.
         self.notes = tempfile.mkdtemp(prefix="mldist-notes-")
         self.tees: dict[int, IO[bytes]] = {}
@@ -241,7 +243,7 @@ class DirectGroup(Group):
         if cfg.log_dir:
             os.makedirs(cfg.log_dir, exist_ok=True)
         for rank in range(cfg.nprocs):
-            env = worker_env(os.environ, cfg, rank, workers, self.run_id, self.restart) | self.launch_env()
+            env = worker_env(self.env, cfg, rank, workers, self.run_id, self.restart) | self.launch_env()
             if sets:
                 env.setdefault("OMP_NUM_THREADS", str(len(sets[rank])))
             out: int | IO[bytes] = subprocess.PIPE

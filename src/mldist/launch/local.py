@@ -10,6 +10,9 @@ The run configuration lives in :mod:`mldist.launch.config` and the process
 utilities in :mod:`mldist.launch.procs`; their names are re-exported here, where
 callers have always imported them from.
 
+The launcher reads its own process environment once, in :func:`inherited`, and passes
+that mapping down; ``RunConfig.env`` is what the workers get beyond it.
+
 Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"), communication="ring")
     >>> decision, kind = launch_plan(cfg, {})
@@ -19,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import signal
@@ -26,7 +30,7 @@ import time
 from collections.abc import Mapping
 
 from ..errors import REQUEUE_CODE, ConfigError
-from ..placement import backend, engines
+from ..placement import engines
 from ..placement.resources import thread_plan
 from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
@@ -44,6 +48,7 @@ __all__ = [
     "cpu_sets",
     "ensure_descriptors",
     "group_kind",
+    "inherited",
     "launch_plan",
     "prepare_log_dir",
     "run",
@@ -65,18 +70,9 @@ def run(cfg: RunConfig) -> int:
 
         code = run(RunConfig(nprocs=2, command=("python", "train.py"), max_restarts=2))
     """
-    if cfg.log_dir:
-        prepare_log_dir(cfg.log_dir)
-    ensure_descriptors(cfg.nprocs)
+    cfg, env, kind, record = _prepare(cfg)
     received: list[int] = []
     current: list[Group] = []
-    decision, kind = launch_plan(cfg, os.environ)
-    if cfg.cpu_bind == "none" and not cfg.hosts:  # bound or remote workers size their threads from their CPUs
-        note = thread_plan(os.environ, cfg.nprocs).note  # e.g. an OMP_NUM_THREADS=1 inherited from the shell
-        if note:
-            say(f"note: {note}")
-    started_by = "mpiexec" if kind is MpiexecGroup else "direct"
-    record = Record(cfg, started_by, decision) if cfg.run_dir else None
     code: int | None = None
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -88,7 +84,7 @@ def run(cfg: RunConfig) -> int:
     failures: list[str] = []
     try:
         while True:
-            group = kind(cfg, restart=len(failures), engine=decision.name)
+            group = kind(cfg, env, restart=len(failures))
             current.append(group)
             try:
                 group.start()
@@ -112,24 +108,60 @@ def run(cfg: RunConfig) -> int:
             record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received)
 
 
+def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Record | None]:
+    """Before any worker starts: the checks, the engine decision (carried in the config from here on),
+    the workers' environment, how they start, and the run directory's record."""
+    if cfg.log_dir:
+        prepare_log_dir(cfg.log_dir)
+    ensure_descriptors(cfg.nprocs)
+    env = inherited(cfg)
+    decision, kind = launch_plan(cfg, env)
+    cfg = dataclasses.replace(cfg, decision=decision)
+    if cfg.cpu_bind == "none" and not cfg.hosts:  # bound or remote workers size their threads from their CPUs
+        note = thread_plan(env, cfg.nprocs).note  # e.g. an OMP_NUM_THREADS=1 inherited from the shell
+        if note:
+            say(f"note: {note}")
+    started_by = "mpiexec" if kind is MpiexecGroup else "direct"
+    return cfg, env, kind, Record(cfg, started_by, env) if cfg.run_dir else None
+
+
+def inherited(cfg: RunConfig) -> dict[str, str]:
+    """The environment the workers inherit: this process's, plus ``cfg.env``.
+
+    The launcher's one read of ``os.environ`` (tests/test_layout.py keeps it so): everything
+    it decides and starts takes this mapping, and its own environment stays as it was.
+
+    Example:
+        >>> inherited(RunConfig(nprocs=2, command=("python",), env={"KERAS_BACKEND": "jax"}))["KERAS_BACKEND"]
+        'jax'
+    """
+    return {**os.environ, **cfg.env}
+
+
 def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decision, type[Group]]:
-    """The engine, decided by :func:`mldist.placement.engines.decide` from what this host shows, and how
-    the workers start: through mpiexec for the MPI engine (one MPI world), else directly.
+    """The engine, decided by :func:`mldist.placement.engines.decide_with` from what this host shows, and
+    how the workers start: through mpiexec when they must form one MPI world, else directly.
 
     The workers get the decision in ``MLDIST_ENGINE`` and check it against what they see.
+
+    Args:
+        cfg: what to run.
+        env: the workers' inherited environment (:func:`inherited`).
     """
-    gpu = engines.gpu_device_nodes()
-    keras = backend.keras_backend(env, backend.read_config(env))
-    needed = (engines.needs_mpi_probe(cfg.communication, cfg.nprocs, gpu) and keras != "jax") or bool(cfg.hosts)
-    world = _world_to_form(cfg.nprocs, env) if needed else None
-    decision = engines.decide(
-        cfg.communication, rank=0, size=cfg.nprocs, launcher="mldist", gpu=gpu, mpi=world, backend=keras
+    decision = engines.decide_with(
+        cfg.communication,
+        env,
+        rank=0,
+        size=cfg.nprocs,
+        launcher="mldist",
+        gpu=engines.gpu_device_nodes(),
+        mpi=lambda: _world_to_form(cfg.nprocs, env),
     )
     if cfg.hosts:  # mpiexec starts them whatever the engine: it is the only way onto the other hosts
-        if isinstance(world, str):
+        if isinstance(world := _world_to_form(cfg.nprocs, env), str):
             raise ConfigError(f"-H/--hostfile starts the workers through Open MPI's mpiexec: {world}")
         return decision, RemoteGroup
-    return decision, MpiexecGroup if decision.name == "mpi" else DirectGroup
+    return decision, MpiexecGroup if decision.mpi_world else DirectGroup
 
 
 def group_kind(cfg: RunConfig, env: Mapping[str, str]) -> type[Group]:

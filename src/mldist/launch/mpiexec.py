@@ -133,7 +133,7 @@ class MpiexecGroup(Group):
 
     def start(self) -> None:
         """Start mpiexec with one shim per rank; LaunchError if mpiexec or the command is missing."""
-        cfg, found = self.cfg, find_mpiexec(os.environ)
+        cfg, found = self.cfg, find_mpiexec(self.env)
         if found is None:
             raise LaunchError("no mpiexec beside Python or on PATH: pip install 'mldist[cpu]', or --communication ring")
         if shutil.which(cfg.command[0]) is None:
@@ -148,7 +148,7 @@ class MpiexecGroup(Group):
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
             **self.launch_env(),
         }
-        if kind == "openmpi" and "PRTE_MCA_prte_tmpdir_base" not in os.environ:
+        if kind == "openmpi" and "PRTE_MCA_prte_tmpdir_base" not in self.env:
             # prterun's session directory (its PMIx rendezvous files) in this run's own folder: a
             # killed prterun leaves /tmp/ompi.<pid> behind, and a later prterun that gets the same
             # pid cannot start its PMIx listener ("The PMIx server's listener thread failed to start").
@@ -167,7 +167,7 @@ class MpiexecGroup(Group):
         with open(self.run_dir / "mpiexec.log", "wb") as log:
             self.mpiexec = subprocess.Popen(
                 self.net.enter(argv) if self.net else argv,
-                env=mpiexec_env(os.environ, kind, extra),
+                env=mpiexec_env(self.env, kind, extra),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

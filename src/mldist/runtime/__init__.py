@@ -1,7 +1,7 @@
 """Inside a worker, bottom to top: the process context (context), the one exit path
 (leave), failure explanations (failures), the stalled-collective watch (stall), the
-watch on the launcher (watchdog), the engines behind one interface (engine; mpi_engine
-with mpi_exit, mpi_join and subsets, tf_engine, jax_engine),
+watch on the launcher (watchdog), the engines behind one interface (engine; mpi_engine and its
+world in mpi_world, with mpi_exit, mpi_join and subsets, tf_engine, jax_engine),
 ``init`` (worker), collectives and gradient averaging, and the timelines of chosen
 steps on every rank (profiling); private TensorFlow/Keras accesses live in compat.
 

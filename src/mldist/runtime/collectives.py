@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ConfigError, UnsupportedError
 from . import compat, subsets
 from . import worker as runtime
-from .engine import Engine, get
+from .engine import NO_SUBGROUPS, Engine, running
 from .failures import Deferred, mismatch
 
 #: Default bucket size: large enough that a typical CNN needs one collective.
@@ -95,12 +95,10 @@ def _check(op: str, compression: str | None) -> None:
 
 
 def engine() -> Engine:
-    """The engine that moves bytes for this run: the one ``init`` decided (``ctx.communication``)."""
-    eng = get(runtime.context().communication)
-    if subsets.active() is not None and eng.name != "mpi":
-        raise UnsupportedError(
-            f"process sets need the MPI engine (this run uses {eng.name}); start with --communication mpi"
-        )
+    """The engine that moves bytes for this run: the one ``init`` started (``ctx.communication``)."""
+    eng = running()
+    if subsets.active() is not None and not eng.subgroups:
+        raise UnsupportedError(NO_SUBGROUPS.format(name=eng.name))
     return eng
 
 
@@ -272,7 +270,7 @@ def allreduce(
     """
     _check(op, compression)
     n, _ = world()
-    if runtime.init().backend == "jax":
+    if not runtime.init().decision.traits.runs_tensorflow:
         return _host(tensors, _host_reduce(op, n))
     tf = _tf()
     structure, flat = _as_tensors(tensors)
@@ -310,7 +308,7 @@ def broadcast(tensors: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET
     n, me = world()
     if not 0 <= root < n:
         raise ConfigError(f"root={root} is not a rank of this world of {n}")
-    if runtime.init().backend == "jax":
+    if not runtime.init().decision.traits.runs_tensorflow:
         return _host(tensors, lambda eng, flat: eng.broadcast(flat, root, me))
     tf = _tf()
     structure, flat = _as_tensors(tensors)
@@ -339,7 +337,7 @@ def allgather(tensor: Any) -> Any:
         labels = mldist.allgather(local_labels)   # [sum of local lengths, ...]
     """
     n, _ = world()
-    if runtime.init().backend == "jax":
+    if not runtime.init().decision.traits.runs_tensorflow:
         import numpy as np
 
         if np.ndim(tensor) < 1:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import RuntimeStateError
+from ..placement.engines import Decision
 from ..placement.resources import ThreadPlan
 
 
@@ -29,9 +30,9 @@ class Context:
         workers: ``host:port`` of every rank (empty with one worker).
         threads: the thread plan applied.
         gpu: index of the pinned GPU among those visible, or None.
-        communication: the engine of 2+ workers ("mpi", "ring", "nccl" or "jax"), else "none".
-        mpi_library: the MPI library's version line when the engine is "mpi", else "".
-        backend: Keras's backend, "tensorflow" or "jax".
+        decision: the engine decision (:func:`mldist.placement.engines.decide_with`): engine,
+            Keras backend, why, and the MPI library; ``communication``, ``backend`` and
+            ``mpi_library`` read it.
     """
 
     rank: int
@@ -42,14 +43,27 @@ class Context:
     workers: tuple[str, ...]
     threads: ThreadPlan
     gpu: int | None
-    communication: str
-    mpi_library: str = ""
-    backend: str = "tensorflow"
+    decision: Decision
 
     @property
     def is_chief(self) -> bool:
         """True on rank 0, the rank that writes checkpoints and logs."""
         return self.rank == 0
+
+    @property
+    def communication(self) -> str:
+        """The engine of 2+ workers ("mpi", "ring", "nccl" or "jax"), else "none"."""
+        return self.decision.name
+
+    @property
+    def backend(self) -> str:
+        """Keras's backend, "tensorflow" or "jax"."""
+        return self.decision.backend
+
+    @property
+    def mpi_library(self) -> str:
+        """The MPI library's version line when the engine is "mpi", else ""."""
+        return self.decision.library
 
 
 class _State:

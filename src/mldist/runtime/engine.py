@@ -2,8 +2,11 @@
 
 Which engine a run uses is decided once, in :func:`mldist.placement.engines.decide`;
 here are the engines themselves (:class:`Engine`: ``start``, ``allreduce``,
-``broadcast``, ``allgather``, ``abort``), looked up by name, and
+``broadcast``, ``allgather``, ``abort``, ``join``, ``subgroup``), looked up by name, and
 :func:`probe_mpi`, which gives ``decide`` the MPI world this worker joined.
+
+Each engine states what it can do (:class:`Engine`'s flags); the rest of mldist asks
+those, never the engine's name. One process has the :data:`SOLO` engine: no collectives.
 
 Example::
 
@@ -19,19 +22,25 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from ..errors import DetectionError
+from ..errors import DetectionError, UnsupportedError
 from ..placement import Placement, detect, no_discovery
 from ..placement.engines import COMMUNICATIONS, MpiWorld, mpi_problem
+from .context import STATE, context
 
 __all__ = [
     "COMMUNICATIONS",
     "MPI_MARKERS",
+    "NO_SUBGROUPS",
+    "SOLO",
     "Engine",
     "MpiWorld",
+    "Solo",
+    "WholeWorld",
     "get",
     "mpi_allgather_hosts",
     "mpi_problem",
     "probe_mpi",
+    "running",
 ]
 
 #: Variables that MPI-capable launchers set in every rank (srun forms a world only with a PMI
@@ -49,6 +58,18 @@ class Engine(Protocol):
     #: True when ``allreduce`` may write its result into its input buffers (callers then
     #: pass buffers nothing else reads: see :func:`mldist.runtime.collectives.owned`).
     in_place: bool
+    #: Collectives can run over a subset of the ranks (Horovod's process sets): see :meth:`subgroup`.
+    subgroups: bool
+    #: A rank can join (Horovod's ``hvd.join``): it answers the others' all-reduces until all have joined.
+    joins: bool
+    #: Its collectives may be compiled by XLA (``jit_compile=True``); mldist's CPU engines may not.
+    xla_safe: bool
+    #: Its collectives are not tf.distribute's: tf.distribute code gets a MultiWorkerMirroredStrategy
+    #: started on demand (``mldist.strategy()``).
+    late_strategy: bool
+    #: Its own exit handler waits for every rank (MPI_Finalize, jax.distributed's shutdown barrier):
+    #: a rank that leaves alone must not reach it (:func:`mldist.runtime.leave.at_exit`).
+    waits_at_exit: bool
 
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """Join the other workers; the tf.distribute strategy (or None) and the workers' addresses."""
@@ -70,17 +91,113 @@ class Engine(Protocol):
         """End every rank now, where the engine can (after an error on this rank); else return."""
         ...
 
+    def join(self) -> int:
+        """Horovod's join (only where ``joins``): answer the others' all-reduces until all joined; the last rank."""
+        ...
+
+    def subgroup(self, key: int, ranks: tuple[int, ...]) -> Any:
+        """A :class:`mldist.runtime.subsets.Subset` of ``ranks`` (only where ``subgroups``; collective)."""
+        ...
+
     def watch_probe(self, tf: Any) -> tuple[Probe | None, Sequence[str]]:
         """Graph counters for the stalled-collective watch, or None when the engine marks in Python."""
         ...
 
 
+class Solo:
+    """The engine of one process: nothing to reach, every collective is the identity.
+
+    ``mldist.init`` starts no engine for one worker; this stands in for it wherever the
+    runtime asks what the engine can do, so one process asks like many.
+
+    Example:
+        >>> SOLO.allreduce([1.0], "sum"), SOLO.subgroup(1, (0,)).ranks
+        ([1.0], (0,))
+    """
+
+    name = "none"
+    in_place = False
+    subgroups = True  # a process set of one process is that process
+    joins = False  # hvd.join of one process returns at once: a plain collective
+    xla_safe = False  # as on the CPU engines: a script that works alone works on 2 workers
+    late_strategy = False
+    waits_at_exit = False
+
+    def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
+        """Nothing to join."""
+        return None, ()
+
+    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
+        """The buffers themselves: one rank's sum, max, min and product."""
+        return buffers
+
+    def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
+        """The buffers themselves: this rank is the root."""
+        return buffers
+
+    def allgather(self, value: Any, size: int) -> Any:
+        """``value`` itself: the concatenation of one."""
+        return value
+
+    def abort(self, code: int) -> None:
+        """Nothing else to end."""
+
+    def join(self) -> int:
+        """Not used (``joins`` is False)."""
+        raise UnsupportedError("join needs an engine that joins (the MPI engine)")
+
+    def subgroup(self, key: int, ranks: tuple[int, ...]) -> Any:
+        """A subset with no communicator: its collectives never leave this process."""
+        from .subsets import Subset
+
+        return Subset(key, ranks, None)
+
+    def watch_probe(self, tf: Any) -> tuple[Probe | None, Sequence[str]]:
+        """Nothing to watch."""
+        return None, ()
+
+
+#: The engine of one process (``ctx.communication == "none"``).
+SOLO = Solo()
+
+#: Why a subset of the ranks (a Horovod process set) cannot be had on this engine.
+NO_SUBGROUPS = "process sets need the MPI engine (this run uses {name}); start with --communication mpi"
+
+
+def running() -> Engine:
+    """The engine ``mldist.init`` started (:data:`SOLO` for one process); raises before ``init``.
+
+    Example::
+
+        if not running().xla_safe: ...
+    """
+    context()  # RuntimeStateError before init
+    engine: Engine = STATE.engine or SOLO
+    return engine
+
+
+class WholeWorld:
+    """For engines whose collectives always span every rank: no joins, no sub-groups."""
+
+    name: str
+    subgroups = False
+    joins = False
+
+    def join(self) -> int:
+        """Refused: see ``joins``."""
+        raise UnsupportedError(f"join needs the MPI engine (this run uses {self.name}); start with --communication mpi")
+
+    def subgroup(self, key: int, ranks: tuple[int, ...]) -> Any:
+        """Refused: see ``subgroups``."""
+        raise UnsupportedError(NO_SUBGROUPS.format(name=self.name))
+
+
 _MODULES = {"mpi": "mpi_engine", "ring": "tf_engine", "nccl": "tf_engine", "jax": "jax_engine"}
-_ENGINES: dict[str, Engine] = {}
+_ENGINES: dict[str, Engine] = {SOLO.name: SOLO}
 
 
 def get(name: str) -> Engine:
-    """The engine called ``name`` ("mpi", "ring", "nccl" or "jax").
+    """The engine called ``name`` ("none", "mpi", "ring", "nccl" or "jax").
 
     Cached: collectives look it up while TensorFlow traces them, where an import would
     make autograph try (and fail) to convert the import machinery.

@@ -16,6 +16,7 @@ from ..errors import ConfigError, UnsupportedError
 from . import compat
 from . import worker as runtime
 from .collectives import DEFAULT_BUCKET_BYTES, allreduce
+from .engine import running
 
 XLA_CPU_FIX = (
     "XLA compiles no collectives between CPU workers (mldist's MPI and RING engines) "
@@ -31,14 +32,12 @@ ON_JAX = (
 
 
 def _check_not_jax(what: str) -> None:
-    if runtime.init().backend == "jax":
+    if runtime.init().decision.traits.averages_in_step:
         raise UnsupportedError(ON_JAX.format(what=what))
 
 
 def _check_not_xla_on_cpu() -> None:
-    if runtime.context().communication == "nccl":
-        return
-    if compat.compiling_with_xla():
+    if not running().xla_safe and compat.compiling_with_xla():
         raise ConfigError(XLA_CPU_FIX)
 
 

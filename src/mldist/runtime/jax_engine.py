@@ -34,7 +34,7 @@ from ..placement import Placement, build_cluster_spec
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import ThreadPlan, choose_gpu
 from . import stall
-from .engine import mpi_allgather_hosts
+from .engine import WholeWorld, mpi_allgather_hosts
 
 #: JAX's CUDA plugins; without one JAX runs on CPUs only.
 CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12")
@@ -100,11 +100,14 @@ def _gpu_ids(placement: Placement, env: Mapping[str, str]) -> tuple[list[int] | 
     return ([chosen] if chosen is not None else None), chosen
 
 
-class JaxEngine:
+class JaxEngine(WholeWorld):
     """JAX's distributed runtime behind mldist's engine interface (numpy buffers, host side)."""
 
     name = "jax"
     in_place = False
+    xla_safe = True  # the training step's all-reduce is XLA's own
+    late_strategy = False
+    waits_at_exit = True  # jax.distributed's shutdown barrier
     _device_ids: list[int] | None = None
 
     def prepare(self, placement: Placement, plan: ThreadPlan, env: Mapping[str, str]) -> int | None:

@@ -34,9 +34,6 @@ from .context import STATE, current
 NOTES = "MLDIST_NOTES"
 #: Exit codes that every rank takes together (so the rank waits for the others, as MPI_Finalize would).
 TOGETHER = (0, REQUEUE_CODE)
-#: Engines whose own exit handler waits for every rank (MPI_Finalize; jax.distributed's shutdown
-#: barrier): a rank leaving alone must not reach it, or it waits for peers blocked on it.
-WAIT_AT_EXIT = ("mpi", "jax")
 
 
 class _Stderr:
@@ -163,6 +160,8 @@ def at_exit() -> None:
     if ctx is None or ctx.size == 1 or code is None or code in TOGETHER:
         return
     message = f"exited with code {code} (sys.exit)"
-    if STATE.engine is not None and STATE.engine.name in WAIT_AT_EXIT:
+    # An engine whose own exit handler waits for every rank (MPI_Finalize, jax.distributed's shutdown
+    # barrier): a rank leaving alone must not reach it, or it waits for peers blocked on it.
+    if STATE.engine is not None and STATE.engine.waits_at_exit:
         leave(message, code)
     tell(error_line(message))

@@ -1,4 +1,4 @@
-"""The MPI collective engine: mpi4py calls inside the graph, through ``tf.numpy_function``.
+"""The MPI collective engine's collectives: mpi4py calls inside the graph, through ``tf.numpy_function``.
 
 No TensorFlow server and no compiled op: each fused buffer becomes one
 stateful ``numpy_function`` whose body calls ``MPI_Allreduce``, ``MPI_Bcast`` or
@@ -13,15 +13,17 @@ ranks that disagree all raise :class:`mldist.errors.CollectiveMismatch` naming w
 each rank passed, instead of hanging or reducing mismatched memory. float16/bfloat16 are summed
 in float32, bool as int32; broadcast and allgather move raw bytes.
 
+The engine's world (its communicators, the departures, the abort and Horovod's join) is
+:mod:`mldist.runtime.mpi_world`; this module moves the bytes.
+
 Example::
 
-    start()                                   # mldist.init() does this
+    start()                                   # mldist.init() does this (mpi_world.start)
     total, = allreduce([tf.constant([1.0, 2.0])], "sum")
 """
 
 from __future__ import annotations
 
-import atexit
 import sys
 import weakref
 import zlib
@@ -32,58 +34,12 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement
-from . import compat, mpi_join, mpi_wait, stall, subsets
+from . import compat, mpi_join, mpi_wait, subsets
 from .failures import Deferred
-from .leave import TOGETHER, ending_code
-from .mpi_exit import Departures
+from .mpi_world import World, abort, join, start, watched, world
 
 _KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6}
 _ALIGN = 64  # TensorFlow adopts a returned array without a copy when its data is aligned so
-
-
-class _World:
-    """The engine's communicators (private duplicates of ``COMM_WORLD``) and departures."""
-
-    comm: Any = None
-    departures: Departures | None = None
-    #: The communicator of the collective running now: ``comm``, or a process set's (see ``_watched``).
-    active: Any = None
-
-
-def start(comm: Any = None) -> Any:
-    """Take a private duplicate of ``comm`` (default ``COMM_WORLD``); collective: every rank calls it.
-
-    A duplicate keeps mldist's traffic apart from the user's own mpi4py calls; a second one
-    carries the departure messages (:mod:`mldist.runtime.mpi_exit`), whose exit handler then
-    makes this rank wait for the others at the end instead of hanging in MPI_Finalize.
-    """
-    if _World.comm is None:
-        from mpi4py import MPI
-
-        world = comm or MPI.COMM_WORLD
-        mpi_wait.wait(world.Ibarrier())  # ranks start at different times; the early ones sleep here
-        _World.comm = _World.active = world.Dup()
-        _World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
-        _World.departures.watch()
-        atexit.register(_at_exit)
-    return _World.comm
-
-
-def _at_exit() -> None:
-    """At interpreter exit: codes every rank takes together (0, 75) wait for the others (see mpi_exit)."""
-    code = ending_code()
-    if _World.departures is not None and (code is None or code in TOGETHER):
-        _World.departures.depart(0 if code is None else code)
-
-
-def abort(code: int) -> None:
-    """End every rank of the job now with ``code`` (after an error on this rank).
-
-    A plain exit would run MPI_Finalize, which waits for every rank: a peer blocked in a
-    collective with this rank would then wait forever, and so would this rank.
-    """
-    if _World.comm is not None:
-        _World.comm.Abort(code)
 
 
 def _aligned(count: int, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
@@ -123,7 +79,7 @@ _SIGNATURES: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}
 def _signature(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
     """``[kind, arg, count, crc(layout)]``, its negation, "not joined" and ``-rank``: one MAX all-reduce
     gives the maximum and minimum, whether a rank has joined, and the lowest active rank."""
-    me = _World.active.Get_rank()
+    me = World.active.Get_rank()
     key = (kind, arg, me, *((a.dtype.num, a.size) for a in arrays))
     if key not in _SIGNATURES:
         layout = np.array(key[3:], np.int64).tobytes()
@@ -144,13 +100,13 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     from mpi4py import MPI
 
     both = _signature(kind, arg, arrays)
-    mpi_wait.wait(_World.active.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # where ranks wait for each other
+    mpi_wait.wait(World.active.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # where ranks wait for each other
     agreed = np.array_equal(both[:4], -both[4:8])
     if both[8]:  # a rank has joined (hvd.join): it answers all-reduces, nothing else
         return _with_joined(kind, arrays, agreed, int(-both[9]))
     if agreed:
         return True
-    everyone = _World.active.allgather(what())  # all ranks take this path together
+    everyone = World.active.allgather(what())  # all ranks take this path together
     listed = "; ".join(f"rank {r}: {w}" for r, w in enumerate(everyone))
     line = (
         f"workers passed tensors of different shapes or dtypes to one collective ({listed}); "
@@ -165,7 +121,7 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
 def _with_joined(kind: str, arrays: Sequence[np.ndarray[Any, Any]], agreed: bool, sender: int) -> bool:
     """With a rank joined: send an all-reduce's layout to it (True), or fail as Horovod does (raise/False)."""
     if agreed and _KINDS[kind] in mpi_join.REDUCE_CODES:
-        mpi_join.layout(_World.active, sender, arrays)
+        mpi_join.layout(World.active, sender, arrays)
         return True
     line = (
         f"{kind} while a rank has joined (hvd.join): only all-reduces go on until every rank has joined"
@@ -177,56 +133,8 @@ def _with_joined(kind: str, arrays: Sequence[np.ndarray[Any, Any]], agreed: bool
     raise CollectiveMismatch(line)
 
 
-def join() -> int:
-    """Horovod's join on this engine: answer the others' all-reduces until all have joined; the last to join."""
-    departures = _World.departures
-    token: list[Any] = []
-
-    def begin() -> None:
-        if departures is not None:
-            departures.begin("join")
-        token.append(stall.begin("join"))
-
-    def end() -> None:
-        stall.end(token.pop())
-        if departures is not None:
-            departures.end()
-
-    return mpi_join.join_rounds(_World.comm, _World.comm.Get_rank(), begin, end)
-
-
-def world() -> Any:
-    """The engine's communicator of all ranks (:func:`mldist.runtime.subsets.split` divides it)."""
-    return _World.comm
-
-
 def _describe(kind: str, arrays: Sequence[np.ndarray[Any, Any]]) -> Callable[[], str]:
     return lambda: f"{kind} of " + ", ".join(f"{a.dtype.name}[{a.size}]" for a in arrays)
-
-
-def _watched(
-    body: Callable[..., list[np.ndarray[Any, Any]]], what: str, comm: Any = None
-) -> Callable[..., list[np.ndarray[Any, Any]]]:
-    """``body`` run over ``comm`` (a process set's; None: the world), marked as a collective in flight.
-
-    Only the world's collectives count for the departures (a process set's involve some ranks).
-    """
-
-    def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
-        departures = _World.departures if comm is None else None
-        if departures is not None:
-            departures.begin(what)
-        token = stall.begin(what)
-        _World.active = comm or _World.comm
-        try:
-            return body(*arrays)
-        finally:
-            _World.active = _World.comm
-            stall.end(token)
-            if departures is not None:
-                departures.end()
-
-    return run
 
 
 #: The last collective op built in each TensorFlow 1 graph (see :func:`_after_previous`).
@@ -253,7 +161,7 @@ def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name
 
     # Autograph would otherwise convert the callback and run the converted code at every step.
     subset = subsets.active()
-    fn = tf.autograph.experimental.do_not_convert(_watched(fn, what, None if subset is None else subset.comm))
+    fn = tf.autograph.experimental.do_not_convert(watched(fn, what, None if subset is None else subset.comm))
     out = tf.numpy_function(fn, inputs, [t.dtype for t in inputs], stateful=True, name=name)
     outs = list(out) if isinstance(out, list | tuple) else [out]
     _chain(tf, outs[0].op)
@@ -295,10 +203,10 @@ def _reduce_in_place(a: np.ndarray[Any, Any], mpi_op: Any) -> np.ndarray[Any, An
     from mpi4py import MPI
 
     if a.flags.writeable and a.flags.c_contiguous:
-        _World.active.Allreduce(MPI.IN_PLACE, a, mpi_op)
+        World.active.Allreduce(MPI.IN_PLACE, a, mpi_op)
         return a
     out = _output(a.size, a.dtype)
-    _World.active.Allreduce(a, out, mpi_op)
+    World.active.Allreduce(a, out, mpi_op)
     return out
 
 
@@ -336,7 +244,7 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
         for a, o in zip(arrays, out, strict=True):
             if rank == root:
                 np.copyto(o, a)  # never hand TensorFlow back an alias of its own tensor
-            _World.active.Bcast(o.view(np.uint8), root)
+            World.active.Bcast(o.view(np.uint8), root)
         return out
 
     received = _call(run, [_bits(b) for b in buffers], "mpi_broadcast", "broadcast")
@@ -358,12 +266,12 @@ def allgather(value: Any, size: int) -> Any:
         if not _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}"):
             return [np.array(a)]
         rows = np.empty(size, np.int64)
-        _World.active.Allgather(np.array([a.shape[0]], np.int64), rows)
+        World.active.Allgather(np.array([a.shape[0]], np.int64), rows)
         row_bytes = int(np.prod(inner)) * a.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        _World.active.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
+        World.active.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
         return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
 
     (gathered,) = _call(run, [_bits(value)], "mpi_allgather", "allgather")
@@ -376,11 +284,21 @@ class MpiEngine:
 
     name = "mpi"
     in_place = True
-    # The collectives and the abort are this module's functions.
+    subgroups = True  # MPI sub-communicators
+    joins = True
+    xla_safe = False  # XLA cannot compile a numpy_function
+    late_strategy = True  # tf.distribute code gets TensorFlow's own collectives beside MPI
+    waits_at_exit = True  # MPI_Finalize
+    # The collectives, the abort and the join are this module's functions.
     allreduce = staticmethod(allreduce)
     broadcast = staticmethod(broadcast)
     allgather = staticmethod(allgather)
     abort = staticmethod(abort)
+    join = staticmethod(join)
+
+    def subgroup(self, key: int, ranks: tuple[int, ...]) -> subsets.Subset:
+        """The ranks' MPI sub-communicator (collective: every rank of the world calls it)."""
+        return subsets.split(world(), key, ranks)
 
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """Duplicate ``COMM_WORLD``; no strategy, no addresses (no TensorFlow server)."""

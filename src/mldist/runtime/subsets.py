@@ -7,7 +7,7 @@ per subset. TensorFlow's engines have no sub-groups here: they refuse a subset.
 
 Example::
 
-    with within(subset):                  # subset = split(mpi_engine.world(), 1, (0, 2))
+    with within(subset):                  # subset = running().subgroup(1, (0, 2)) on the MPI engine
         total = mldist.allreduce(tf.ones([2]), op="sum")   # ranks 0 and 2 only
 """
 

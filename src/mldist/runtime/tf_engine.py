@@ -26,7 +26,7 @@ from ..placement import ClusterSpec, Placement, build_cluster_spec
 from ..placement.proxies import worker_no_proxy
 from . import compat
 from .context import STATE
-from .engine import mpi_allgather_hosts
+from .engine import WholeWorld, mpi_allgather_hosts
 
 T = TypeVar("T")
 
@@ -229,10 +229,12 @@ def _allgather(value: Any, size: int) -> Any:
     return tf.boolean_mask(rows, tf.sequence_mask(counts, longest))
 
 
-class TfEngine:
+class TfEngine(WholeWorld):
     """TensorFlow's engines behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
 
     in_place = False  # TensorFlow's collectives return new tensors
+    late_strategy = False  # the strategy is the engine
+    waits_at_exit = False
     # The collectives are this module's functions.
     allreduce = staticmethod(allreduce)
     broadcast = staticmethod(broadcast)
@@ -241,6 +243,8 @@ class TfEngine:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        #: XLA compiles NCCL's collectives (GPU); RING's CPU collectives it does not.
+        self.xla_safe = name == "nccl"
 
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """See :func:`start_for`."""

@@ -90,49 +90,44 @@ def _say(message: str, rank: int) -> None:
 
 def decide_here(
     placement: Placement,
-    requested: str,
+    requested: str | None,
     has_gpu: bool,
     env: Mapping[str, str] = os.environ,
-    keras: str = "tensorflow",
-) -> tuple[engines.Decision, str]:
-    """This worker's engine, from :func:`mldist.placement.engines.decide`, and its MPI library line.
+    keras: str | None = None,
+) -> engines.Decision:
+    """This worker's decision (:func:`mldist.placement.engines.decide_with`), as a worker gathers its facts.
 
     Joins the MPI world first when the decision needs it (see ``needs_mpi_probe``). ``init``,
     ``mldist env`` and ``mldist doctor`` all decide through here.
+
+    Args:
+        placement: this worker's place in the job.
+        requested: the user's engine setting, or None for ``MLDIST_COMMUNICATION``.
+        has_gpu: whether the worker sees a GPU.
+        env: the environment.
+        keras: the Keras backend when Keras is already imported (it wins), else None (from ``env``).
     """
-    needed = engines.needs_mpi_probe(requested, placement.size, has_gpu) and keras != "jax"
-    mpi = engine.probe_mpi(env) if needed else None
-    decision = engines.decide(
+    return engines.decide_with(
         requested,
+        env,
         rank=placement.rank,
         size=placement.size,
         launcher=placement.launcher,
         gpu=has_gpu,
-        mpi=mpi,
-        backend=keras,
+        mpi=lambda: engine.probe_mpi(env),
+        loaded_backend=keras,
     )
-    library = mpi.library if isinstance(mpi, engines.MpiWorld) and decision.name == "mpi" else ""
-    return decision, library
-
-
-def _announce(decision: engines.Decision, rank: int) -> None:
-    """Rank 0 says in one line why the engine is not the obvious one, or differs from the launcher's."""
-    if differs := engines.disagreement(os.environ.get(engines.DECIDED), decision):
-        _say(differs, rank)
-    elif decision.name == "ring" and decision.reason:
-        _say(f"using TensorFlow's RING collectives, not MPI: {decision.reason}", rank)
-    elif decision.name in ("mpi", "jax") and decision.reason:
-        _say(f"{decision.name.upper()} engine, {decision.reason}", rank)
 
 
 def _collectives(
-    tf: Any, placement: Placement, requested: str, has_gpu: bool, keras: str = "tensorflow"
-) -> tuple[Any, str, tuple[str, ...], str]:
-    """Decide, start and watch the engine of 2+ workers; (strategy, engine name, workers, MPI library)."""
+    tf: Any, placement: Placement, requested: str, has_gpu: bool, keras: str
+) -> tuple[Any, engines.Decision, tuple[str, ...]]:
+    """Decide, then start and watch the engine of 2+ workers; (strategy, decision, workers)."""
+    decision = decide_here(placement, requested, has_gpu, keras=keras)
     if placement.size == 1:
-        return None, "none", (), ""
-    decision, library = decide_here(placement, requested, has_gpu, keras=keras)
-    _announce(decision, placement.rank)
+        return None, decision, ()
+    if line := engines.announcement(os.environ.get(engines.DECIDED), decision):
+        _say(line, placement.rank)
     eng = engine.get(decision.name)
     strategy, workers = eng.start(tf, placement)
     STATE.engine = eng
@@ -141,7 +136,7 @@ def _collectives(
     # After the engine's own exit handler: atexit runs the last registered first.
     leave.install_exit_hook()
     atexit.register(leave.at_exit)
-    return strategy, eng.name, workers, library
+    return strategy, decision, workers
 
 
 def _check_soft_placement(value: object) -> bool | None:
@@ -190,8 +185,7 @@ def init(
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    start = _start_jax if keras == "jax" else _start_tensorflow
-    gpu, used, workers, library = start(placement, comm, plan, soft)
+    gpu, decision, workers = _STARTS[keras](placement, comm, plan, soft)
     STATE.ctx = Context(
         rank=placement.rank,
         size=placement.size,
@@ -201,9 +195,7 @@ def init(
         workers=workers,
         threads=plan,
         gpu=gpu,
-        communication=used,
-        mpi_library=library,
-        backend=keras,
+        decision=decision,
     )
     return STATE.ctx
 
@@ -216,19 +208,19 @@ def _keras_backend() -> str:
     return backend.keras_backend(os.environ, backend.read_config(os.environ), loaded=name)
 
 
-Started = tuple[int | None, str, tuple[str, ...], str]
+Started = tuple[int | None, engines.Decision, tuple[str, ...]]
 
 
 def _start_tensorflow(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
-    """TensorFlow's threads and GPU, then the engine; (GPU, engine name, workers, MPI library)."""
+    """TensorFlow's threads and GPU, then the engine; (GPU, decision, workers)."""
     import tensorflow as tf
 
     compat.never_convert("mldist")
     _apply_threads(tf, plan, soft)
     gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    STATE.strategy, used, workers, library = _collectives(tf, placement, comm, has_gpu)
-    return gpu, used, workers, library
+    STATE.strategy, decision, workers = _collectives(tf, placement, comm, has_gpu, "tensorflow")
+    return gpu, decision, workers
 
 
 def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
@@ -243,10 +235,14 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
 
     eng = engine.get("jax")
     gpu = eng.prepare(placement, plan, os.environ)  # type: ignore[attr-defined]
-    _, used, workers, library = _collectives(None, placement, comm, gpu is not None, keras="jax")
+    _, decision, workers = _collectives(None, placement, comm, gpu is not None, "jax")
     if placement.size == 1:
         set_data_parallel(1)
-    return gpu, used, workers, library
+    return gpu, decision, workers
+
+
+#: How ``init`` starts a worker, by Keras backend (:data:`mldist.placement.backend.SUPPORTED`).
+_STARTS = {"tensorflow": _start_tensorflow, "jax": _start_jax}
 
 
 _warned_idle_gpus = False
@@ -259,7 +255,7 @@ def warn_idle_gpus() -> None:
     """
     global _warned_idle_gpus
     ctx = init()
-    if _warned_idle_gpus or ctx.backend == "jax":  # JAX's DataParallel uses every device it is given
+    if _warned_idle_gpus or ctx.decision.traits.averages_in_step:  # DataParallel uses every device it is given
         return
     import tensorflow as tf
 
@@ -283,12 +279,12 @@ def strategy() -> Any:
             model = build_model()
     """
     ctx = init()
-    if ctx.backend == "jax":
+    if not ctx.decision.traits.runs_tensorflow:
         raise UnsupportedError(
-            "mldist.strategy() is TensorFlow's tf.distribute; on KERAS_BACKEND=jax mldist.init() already "
-            "set keras.distribution.DataParallel over every process: build the model without a scope"
+            f"mldist.strategy() is TensorFlow's tf.distribute; on KERAS_BACKEND={ctx.backend} mldist.init() "
+            "already set keras.distribution.DataParallel over every process: build the model without a scope"
         )
-    if STATE.strategy is None and ctx.communication == "mpi":
+    if STATE.strategy is None and engine.running().late_strategy:
         STATE.strategy = _late_strategy()
     if STATE.strategy is None:
         import tensorflow as tf

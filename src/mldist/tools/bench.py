@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, LaunchError
+from ..placement.backend import DEFAULT as DEFAULT_BACKEND
 from .bench_output import say as _say
 from .steptime import with_breakdown
 
@@ -163,7 +163,7 @@ def mean_ci95(rates: Sequence[float]) -> tuple[float, float]:
 
 
 def make_row(
-    workers: int, engine: str, model: str, batch: int, rates: Sequence[Sequence[float]], backend: str = "tensorflow"
+    workers: int, engine: str, model: str, batch: int, rates: Sequence[Sequence[float]], backend: str = DEFAULT_BACKEND
 ) -> dict[str, Any]:
     """One JSON row from every rank's per-iteration images per second (``rates[rank]``).
 
@@ -232,7 +232,7 @@ def format_row(row: dict[str, Any]) -> str:
         'cnn batch 32, 2 worker(s), mpi: 100.0 ± 0.0 img/sec per worker, 200.0 img/sec in total'
     """
     head = f"{row['model']} batch {row['batch']}, {row['workers']} worker(s), {row['engine']}"
-    if row.get("backend", "tensorflow") != "tensorflow":
+    if row.get("backend", DEFAULT_BACKEND) != DEFAULT_BACKEND:
         head += f", keras on {row['backend']}"
     if "intra_op" in row:
         head += f", intra-op {row['intra_op']} inter-op {row['inter_op']}"
@@ -253,7 +253,14 @@ def thread_settings(cores: int) -> list[tuple[int, int]]:
 
 
 def run_workers(
-    cfg: BenchConfig, workers: int, engine: str, threads: tuple[int, int] | None = None, run_dir: Path | None = None
+    cfg: BenchConfig,
+    workers: int,
+    engine: str,
+    threads: tuple[int, int] | None = None,
+    run_dir: Path | None = None,
+    *,
+    backend: str | None = None,
+    profile_steps: str | None = None,
 ) -> Row:
     """Start ``workers`` bench workers on this host through ``mldist run``'s launcher; their row.
 
@@ -263,8 +270,10 @@ def run_workers(
         engine: "auto", "mpi" or "ring".
         threads: (intra-op, inter-op) for every worker, or None for mldist's plan.
         run_dir: where each run gets its run directory (``n2-mpi``: config.json, rank logs,
-            summary.json), or None for temporary logs only. With ``MLDIST_PROFILE_STEPS`` set
-            the run's ``trace/`` stays there and the row gets the step-time breakdown.
+            summary.json), or None for temporary logs only. With ``profile_steps`` the run's
+            ``trace/`` stays there and the row gets the step-time breakdown.
+        backend: the workers' ``KERAS_BACKEND``, or None for what they find.
+        profile_steps: "A:B" to record those steps on every rank (``mldist run --profile-steps``).
 
     Example::
 
@@ -277,8 +286,9 @@ def run_workers(
     step = f"n{workers}-{engine}" + (f"-intra{threads[0]}-inter{threads[1]}" if threads else "")
     with tempfile.TemporaryDirectory(prefix="mldist-bench-") as tmp:
         where = str(run_dir / step) if run_dir else tmp
-        rc = RunConfig(workers, command, log_dir=where, cpu_bind="cores", communication=engine)
-        code = run(dataclasses.replace(rc, run_dir=where) if run_dir else rc)
+        env = {"KERAS_BACKEND": backend} if backend else {}
+        rc = RunConfig(workers, command, log_dir=where, cpu_bind="cores", communication=engine, env=env)
+        code = run(dataclasses.replace(rc, run_dir=where if run_dir else None, profile_steps=profile_steps))
         logs = [Path(where) / f"rank-{i}.log" for i in range(workers)]
         results = [r for log in logs if log.exists() for r in parse_results(log.read_text(errors="replace"))]
         if code or len(results) != workers:
@@ -288,16 +298,10 @@ def run_workers(
             raise LaunchError(f"{workers} worker(s) on {engine} failed (exit code {code}); their last lines are above")
     results.sort(key=lambda r: int(r["rank"]))
     rates = [r["rates"] for r in results]
-    row = make_row(
-        workers,
-        str(results[0]["engine"]),
-        cfg.model,
-        cfg.batch_size,
-        rates,
-        str(results[0].get("backend", "tensorflow")),
-    )
+    backend_used = str(results[0].get("backend", DEFAULT_BACKEND))
+    row = make_row(workers, str(results[0]["engine"]), cfg.model, cfg.batch_size, rates, backend_used)
     row |= {"intra_op": threads[0], "inter_op": threads[1]} if threads else {}
-    if os.environ.get("MLDIST_PROFILE_STEPS") and run_dir is not None:
+    if profile_steps and run_dir is not None:
         row = with_breakdown(row, run_dir / step / "trace" / "merged.trace.json.gz")
     return row
 

@@ -131,7 +131,7 @@ def measure(cfg: BenchConfig, engine: str | None = None, threads: tuple[int, int
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads[0])  # before init: its plan and OpenMP follow
     ctx = runtime.init(engine)
-    if ctx.backend == "jax":
+    if not ctx.decision.traits.runs_tensorflow:
         return _result(ctx, cfg, _jax_rates(ctx, cfg))
     import numpy as np
     import tensorflow as tf
@@ -202,17 +202,23 @@ def _result(ctx: Any, cfg: BenchConfig, rates: list[float]) -> dict[str, Any]:
     }
 
 
-def job_row(cfg: BenchConfig, engine: str) -> dict[str, Any] | None:
+def job_row(
+    cfg: BenchConfig, engine: str, backend: str | None = None, profile_steps: str | None = None
+) -> dict[str, Any] | None:
     """Run as one rank of a job (srun, mpiexec, ``mldist run``); on rank 0 the job's row, else None.
 
     Args:
         cfg: what every rank runs.
         engine: the collective engine for ``mldist.init``.
+        backend: this rank's ``KERAS_BACKEND`` (set before Keras is imported), or None as it is.
+        profile_steps: "A:B" to record those steps (``MLDIST_PROFILE_STEPS`` for ``mldist.init``), or None.
 
     Example::
 
         row = job_row(BenchConfig(), "auto")   # under: srun -n 4 mldist bench
     """
+    own = {"KERAS_BACKEND": backend, "MLDIST_PROFILE_STEPS": profile_steps}
+    os.environ.update({name: value for name, value in own.items() if value})  # this rank's own process
     result = measure(cfg, engine)
     import numpy as np
 

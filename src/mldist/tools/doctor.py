@@ -98,12 +98,12 @@ def check_mpi(env: Mapping[str, str]) -> Check:
         placement = detect(env)
         if placement.size == 1:
             return Check("MPI engine", "ok", "mpi4py is importable (one process here: no collectives)")
-        decision, library = decide_here(placement, requested_engine(None, env), gpu_device_nodes(), env)
+        decision = decide_here(placement, requested_engine(None, env), gpu_device_nodes(), env)
     except MldistError as exc:
         return Check("MPI engine", "fail", str(exc), "fix the MPI installation, or set MLDIST_COMMUNICATION=ring")
-    if decision.name == "ring" and decision.reason:
+    if decision.fallback:
         return Check("MPI engine", "warn", f"RING will be used: {decision.reason}", "see the README's MPI section")
-    detail = f" ({library})" if library else ""
+    detail = f" ({decision.library})" if decision.library else ""
     why = f": {decision.reason}" if decision.reason else ""
     return Check("MPI engine", "ok", f"init() will use the {decision.name} engine{detail}{why}")
 

@@ -177,12 +177,12 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
             errors.append("TensorFlow is not installed: pip install 'mldist[cpu]' (or [gpu])")
     report["keras_backend"] = backend.described(env)
     if "placement" in report:
-        report["engine"] = _engine(env, placement, bool(report.get("gpus")), report["keras_backend"])
+        report["engine"] = _engine(env, placement, bool(report.get("gpus")))
     report["errors"] = errors
     return report
 
 
-def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool, keras: str) -> dict[str, str]:
+def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict[str, str]:
     """The engine ``init`` would choose (the same function decides), the MPI library behind it, and why.
 
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
@@ -192,8 +192,8 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool, keras: 
         out["requested"] = requested_engine(None, env)
         if placement.size == 1:
             return out
-        decision, library = decide_here(placement, out["requested"], has_gpu, env, keras)
-        out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": library}
+        decision = decide_here(placement, out["requested"], has_gpu, env)
+        out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": decision.library}
     except MldistError as exc:
         out |= {"choice": "error", "reason": str(exc)}
     return out
