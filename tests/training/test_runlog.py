@@ -18,7 +18,8 @@ import pytest
 
 from helpers import PY, clean_env, mldist, processes_with, tail
 from mldist.errors import ConfigError
-from mldist.keras.runlog import RunLog, append_row, epoch_row, plot_png, read_rows, resolve_run_dir, speed
+from mldist.keras.epochs import append_row, epoch_row, plot_png, read_rows
+from mldist.keras.runlog import RunLog, resolve_run_dir, speed
 from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
