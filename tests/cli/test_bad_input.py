@@ -50,6 +50,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("cancel-empty-id", ["cancel", ""], "is not a job id"),
     ("logs-rank-beyond-running-job", ["logs", "4242", "--rank", "99", "--follow"], "has ranks 0-1"),
     ("logs-rank-beyond-job", ["logs", "4242", "--rank", "99"], "has ranks 0-1"),
+    ("stacks-no-such-path", ["stacks", "/nonexistent/run"], "neither a run directory nor a job id"),
+    ("stacks-directory-without-records", ["stacks", "."], "no progress records there"),
+    ("stacks-job-not-started", ["stacks", "4242"], "no rank has written its progress yet"),
+    ("stacks-unknown-job", ["stacks", "777"], "no job '777' was submitted"),
 ]
 # Each directive value with a trailing newline, on every scheduler (it would end the directive block).
 NEWLINE_FLAGS = ["--job-name", "--account", "--partition", "--constraint", "--dependency", "--array", "--mem"]

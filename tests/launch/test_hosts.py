@@ -128,3 +128,13 @@ def test_max_restarts_starts_every_remote_rank_again(hosts_env: dict[str, str]) 
     res = check(mldist(args, env=hosts_env, timeout=240))
     assert "restarting the group (1 of 1) after: rank 1 exited with code 3 on hx2" in res.stderr, tail(res)
     assert "[0] done 1 0" in res.stdout and "[1] done 1 1" in res.stdout, tail(res)
+
+
+def test_a_stuck_rank_on_another_host_is_named_with_its_line(hosts_env: dict[str, str]) -> None:
+    """tests/runtime/test_late.py's sleeping rank on hx2: the run directory (on this host's file
+    system, which the test hosts share) holds every rank's progress."""
+    env = {**hosts_env, "MLDIST_COLLECTIVE_TIMEOUT": "15"}
+    res = mldist(["run", "-H", "hx1:1,hx2:1", "--", PY, str(WORKERS / "late.py"), "sleep"], env=env, timeout=150)
+    assert res.returncode != 0, tail(res)
+    line = next((x for x in res.stderr.splitlines() if "rank 1 has not reached collective #" in x), "")
+    assert "late.py:" in line and "time.sleep(600)" in line, tail(res)

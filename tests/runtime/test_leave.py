@@ -26,7 +26,7 @@ WAYS = {
     "osexit": (r"rank 1 exited with code 3", r"Process name: \[\S+,1\]\s+Exit code:\s+3"),
     "kill": (r"rank 1 was killed by SIGKILL", r"process rank 1 .*\s*.*signal 9"),
     "exit0": (r"rank 1 has finished \(exit code 0\)", r"rank 1 has finished \(exit code 0\)"),
-    "stall": (r"rank 0 waited \d+ s in allreduce", r"rank 0 waited \d+ s in allreduce"),
+    "stall": (r"rank 1 has not reached collective #\d+ allreduce", r"rank 1 has not reached collective #\d+ allreduce"),
 }
 
 

@@ -83,7 +83,9 @@ def test_a_stalled_rank_ends_the_job_within_seconds_naming_the_collective(engine
     assert "UNREACHABLE" not in res.stdout
     stalled = [line for line in res.stderr.splitlines() if "waited" in line and "MLDIST_COLLECTIVE_TIMEOUT=3" in line]
     assert stalled, res.stderr[-3000:]
-    assert "rank 0 waited" in stalled[0] and "allreduce(sum)" in stalled[0] and f"(engine {engine})" in stalled[0]
+    assert "rank 0 waited" in stalled[0] and f"(engine {engine})" in stalled[0]
+    late = [line for line in res.stderr.splitlines() if "rank 1 has not reached collective #" in line]
+    assert late and "allreduce(sum)" in late[0] and "stall.py:" in late[0], res.stderr[-3000:]  # where it sleeps
     assert "rank 0 exited with code 1" in res.stderr
     assert took < 20, f"the job ended {took:.1f} s after the stall began"
 
@@ -97,22 +99,34 @@ def test_xla_steps_after_the_first_count_as_one_collective(monkeypatch: pytest.M
     now = [0.0]
     watch = stall.Watch(0, "nccl", 10, clock=lambda: now[0])
     monkeypatch.setattr(stall, "_watch", watch)
+    steps: list[int] = []
+    model = types.SimpleNamespace(jit_compile=True, train_function=lambda: steps.append(1))
     cb = StallWatch()
-    cb.set_model(types.SimpleNamespace(jit_compile=True))
-    cb.on_train_batch_begin(0)  # the first step compiles: not timed
+    cb.set_model(model)
+    cb.on_train_begin()
+    cb.on_train_batch_begin(0)
+    model.train_function()  # the first step compiles: not timed
     now[0] = 100.0
     assert watch.overdue() is None
     cb.on_train_batch_end(0)
     cb.on_train_batch_begin(1)
-    now[0] = 111.0
+    now[0] = 130.0  # a callback's on_train_batch_begin after StallWatch's: not in the step yet
+    assert watch.overdue() is None
+    model.train_function()
+    now[0] = 141.0
     line = watch.overdue()
     assert line is not None and "a training step compiled by XLA" in line and "MLDIST_COMMUNICATION=ring" in line
     cb.on_train_batch_end(1)
     assert watch.overdue() is None
+    cb.on_train_end()
+    assert steps == [1, 1] and model.train_function() is None and steps == [1, 1, 1]  # its own function back
+    plain_model = types.SimpleNamespace(jit_compile=False, train_function=lambda: None)
     plain = StallWatch()
-    plain.set_model(types.SimpleNamespace(jit_compile=False))  # collectives are marked one by one there
+    plain.set_model(plain_model)  # collectives are marked one by one there
+    plain.on_train_begin()
     for b in range(3):
         plain.on_train_batch_begin(b)
+        plain_model.train_function()
         now[0] += 50
         assert watch.overdue() is None
         plain.on_train_batch_end(b)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,3 +142,26 @@ def test_mldist_run_inside_an_allocation_stays_on_its_node(slurm_env: dict[str, 
     assert res.returncode == 0 and "EXIT 0" in text, res.stderr + text
     ranks = sorted(line.split("RANK ", 1)[1] for line in text.splitlines() if "RANK " in line)
     assert ranks == ["0 node1", "1 node1"], text
+
+
+def test_stacks_shows_every_rank_of_a_running_two_node_job(
+    slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
+) -> None:
+    out = tmp_path / "job"
+    job = _submit(
+        slurm_env,
+        "--scheduler", "slurm", "--nodes", "2", "--tasks-per-node", "1", "--time", "5",
+        "--venv", str(ROOT / ".venv"), "--output-dir", str(out), "--job-name", "steady",
+        "--", "python", str(ROOT / "tests" / "workers" / "steady.py"), "16",
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while len(list((out / "run" / "progress").glob("rank-*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(1.5)
+    shown = mldist(["stacks", job], env=slurm_env)
+    status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
+    assert shown.returncode == 0, shown.stderr
+    for rank in (0, 1):  # the emulated nodes share this host's name
+        block = shown.stdout.split(f"rank {rank} (")[1]
+        assert re.search(r"#\d+ allreduce\(sum\)", block.splitlines()[0]) and "steady.py:" in block, shown.stdout
+    assert " COMPLETED " in f" {status} ", mldist(["logs", job], env=slurm_env).stdout[-3000:]

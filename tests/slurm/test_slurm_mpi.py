@@ -93,3 +93,20 @@ def test_a_rank_that_leaves_ends_the_step_fast(slurm_env: dict[str, str], way: s
     assert res.returncode != 0, tail(res)
     assert took < 20, f"took {took:.1f} s\n{tail(res)}"
     assert re.search(LEAVES[way], res.stdout + res.stderr), tail(res)
+
+
+@pytest.mark.parametrize("how", [("sleep", "busy"), ("gil",)], ids=["sleep-busy", "gil"])
+def test_a_stuck_rank_on_another_node_is_named(slurm_env: dict[str, str], how: tuple[str, ...]) -> None:
+    """tests/runtime/test_late.py's cases under ``srun -N 2``: rank 0 on node1 names the late ranks."""
+    env = {**slurm_env, **USERS_GC, "MLDIST_COLLECTIVE_TIMEOUT": "15"}
+    argv = ["srun", "-N", "2", "-n", str(len(how) + 1), "--time=5", PY, str(WORKERS / "late.py"), *how]
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=150)
+    stuck = [float(line.split()[-1]) for line in res.stdout.splitlines() if "STUCK" in line]
+    assert res.returncode != 0 and stuck, tail(res)
+    assert time.time() - min(stuck) < 45, tail(res)
+    lines = {r: [x for x in res.stderr.splitlines() if f"rank {r} has not reached collective #" in x] for r in (1, 2)}
+    if how == ("gil",):
+        assert lines[1] and "holds Python's lock" in lines[1][0], tail(res)
+    else:
+        assert lines[1] and "late.py:" in lines[1][0] and "time.sleep(600)" in lines[1][0], tail(res)
+        assert lines[2] and "late.py:" in lines[2][0] and " spin" in lines[2][0], tail(res)

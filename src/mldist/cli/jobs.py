@@ -188,12 +188,12 @@ def _add_container_options(p: _Skipping) -> None:
     )
 
 
-_JOB_ID = re.compile(r"[A-Za-z0-9_.\[\]-]{1,128}")
+JOB_ID = re.compile(r"[A-Za-z0-9_.\[\]-]{1,128}")
 
 
 def _job_id(text: str) -> str:
     """A job id as schedulers print them (4242, 4242_3, 123.server, 123[].server)."""
-    if not _JOB_ID.fullmatch(text):
+    if not JOB_ID.fullmatch(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (e.g. 4242; see 'mldist status')")
     return text
 

@@ -248,26 +248,41 @@ class LearningRateWarmup(keras.callbacks.Callback):  # type: ignore[misc]
 class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
     """Time whole training steps that XLA compiles, whose collectives cannot be timed one by one.
 
-    On GPUs Keras compiles steps with XLA (``jit_compile``), and NCCL collectives inside a
-    compiled step give the watch no marks; a stalled NCCL all-reduce would hang the job. So each
-    step after the first (which compiles) counts as one collective for
-    ``MLDIST_COLLECTIVE_TIMEOUT``. Uncompiled steps are watched collective by collective.
+    On GPUs, and always on KERAS_BACKEND=jax, Keras compiles steps with XLA (``jit_compile``), and
+    the collectives inside a compiled step give the watch no marks; a stalled all-reduce would hang
+    the job. So each step after the first (which compiles) counts as one collective for
+    ``MLDIST_COLLECTIVE_TIMEOUT``: from the moment Keras calls the step (after every callback's
+    ``on_train_batch_begin``) to this callback's ``on_train_batch_end``. Uncompiled steps are
+    watched collective by collective.
 
     Example::
 
         model.fit(ds, callbacks=[mldist.keras.StallWatch()])  # in default_callbacks already
     """
 
+    #: How a compiled step is named in stall lines and ``mldist stacks``.
+    STEP = "a training step compiled by XLA"
+
     def __init__(self) -> None:
         super().__init__()
         self._token: int | None = None
         self._steps = 0
+        self._inner: Any = None
 
-    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        """Mark each call of the model's step function (Keras made it before this hook)."""
         from ..runtime import stall
 
-        if self._steps and stall.active() and getattr(self.model, "jit_compile", False) is True:
-            self._token = stall.begin("a training step compiled by XLA")
+        inner = getattr(self.model, "train_function", None)
+        if inner is None or not stall.active() or getattr(self.model, "jit_compile", False) is not True:
+            return
+
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            if self._steps and self._token is None:
+                self._token = stall.begin(self.STEP)
+            return inner(*args, **kwargs)
+
+        self._inner, self.model.train_function = inner, marked
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         from ..runtime import stall
@@ -276,6 +291,11 @@ class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
             stall.end(self._token)
             self._token = None
         self._steps += 1
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        """Give the model its own step function back."""
+        if self._inner is not None:
+            self.model.train_function, self._inner = self._inner, None
 
 
 def default_callbacks(root: int = 0) -> list[keras.callbacks.Callback]:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
+from ..base import progress
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
 from ..placement.resources import cpu_probe
@@ -113,6 +114,11 @@ class Group(ABC):
         self.lock = threading.Lock()
         #: Signals for ranks whose pid was not known yet (a shim records it just after the start).
         self.pending: dict[int, list[int]] = {}
+        #: Where the workers publish their progress (:mod:`mldist.base.progress`): the run directory's
+        #: progress/, which stays for ``mldist stacks`` after the run, else the notes directory.
+        self.progress = Path(cfg.run_dir).resolve() / "progress" if cfg.run_dir else Path(self.notes)
+        for stale in self.progress.glob("rank-*.json"):  # an earlier attempt's, in a reused run directory
+            stale.unlink(missing_ok=True)
 
     @abstractmethod
     def start(self) -> None:
@@ -123,8 +129,23 @@ class Group(ABC):
         return first_failure(rank, code, early)
 
     def launch_env(self) -> dict[str, str]:
-        """What every worker gets from the group: the decided engine and the notes directory."""
-        return {NOTES: self.notes, **({ENGINE: self.engine} if self.engine else {})}
+        """What every worker gets from the group: the decided engine, the notes and progress directories."""
+        return {
+            NOTES: self.notes,
+            progress.FOLDER_ENV: str(self.progress),
+            **({ENGINE: self.engine} if self.engine else {}),
+        }
+
+    def show_progress(self) -> None:
+        """Print where every rank is (``mldist run`` on SIGQUIT): its collective and its frames; the run goes on."""
+        records = progress.read(self.progress)
+        lines = [line for record in records.values() for line in progress.describe(record)]
+        missing = [r for r in range(self.cfg.nprocs) if r not in records]
+        if missing:
+            lines.append(f"no progress from rank(s) {', '.join(map(str, missing))} yet ({progress.NO_RECORD})")
+        with self.lock:
+            sys.stderr.write("".join(f"mldist run: {line}\n" for line in lines))
+            sys.stderr.flush()
 
     def last_words(self, rank: int) -> str:
         """The one line rank ``rank`` left in the notes directory ("" if none)."""

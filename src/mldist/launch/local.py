@@ -61,7 +61,8 @@ def run(cfg: RunConfig) -> int:
 
     With ``cfg.max_restarts``, a failed group is started again (fresh ports,
     ``MLDIST_RESTART`` counting up) so that a script using
-    ``mldist.keras.Checkpoint`` resumes from its last checkpoint.
+    ``mldist.keras.Checkpoint`` resumes from its last checkpoint. SIGQUIT (Ctrl-\\) prints
+    where every rank is, its collective and its frames, and the run goes on.
 
     Args:
         cfg: what to run.
@@ -80,7 +81,12 @@ def run(cfg: RunConfig) -> int:
         if current:
             current[-1].signal_all(signum)
 
+    def on_quit(_signum: int, _frame: object) -> None:
+        if current:
+            current[-1].show_progress()
+
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
+    old[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, on_quit)  # as the JVM's thread dump: print, go on
     failures: list[str] = []
     try:
         while True:

@@ -48,6 +48,43 @@ FORWARD += (
     "https_proxy",
 )
 FORWARD += ("no_proxy",)
+#: Families of the launcher's variables that the remote ranks get too: mldist's settings
+#: (MLDIST_COLLECTIVE_TIMEOUT, ...) and its libraries' (KERAS_BACKEND, XLA_FLAGS, NCCL_*, ...).
+FORWARD_PREFIXES = ("MLDIST_", "KERAS_", "JAX_", "XLA_", "NCCL_", "TF_")
+#: Of those, what belongs to this host or one rank: the shims and mpiexec set these for each remote rank.
+NOT_FORWARDED = frozenset(
+    {
+        "MLDIST_RANK",
+        "MLDIST_SIZE",
+        "MLDIST_LOCAL_RANK",
+        "MLDIST_LOCAL_SIZE",
+        "MLDIST_NODE_RANK",
+        "MLDIST_WORKERS",
+        "MLDIST_NOTES",
+        "MLDIST_LAUNCHER_PID",
+        "MLDIST_CPU_SETS",
+        "MLDIST_LOG_DIR",
+        "TF_CONFIG",
+    }
+)
+
+
+def forwarded(env: Mapping[str, str], extra: Mapping[str, str], own: Mapping[str, str]) -> list[str]:
+    """The variables of ``env`` that mpiexec passes to the remote ranks (its ``-x`` list), in order.
+
+    Args:
+        env: the workers' inherited environment (the launcher's, with ``own``).
+        extra: what the launcher adds for this start (run id, engine, ...).
+        own: ``RunConfig.env``.
+
+    Example:
+        >>> forwarded({"PATH": "/b", "MLDIST_COLLECTIVE_TIMEOUT": "60", "MLDIST_RANK": "0", "HOME": "/h"}, {}, {})
+        ['PATH', 'MLDIST_COLLECTIVE_TIMEOUT']
+    """
+    settings = (n for n in env if n.startswith(FORWARD_PREFIXES) and n not in NOT_FORWARDED)
+    return [n for n in dict.fromkeys((*FORWARD, *extra, *own, *settings)) if n in env]
+
+
 _RANK_LINE = re.compile(rb"\[([0-9]{1,6})\] (.*)", re.DOTALL)
 _FAILED = re.compile(r"\[[0-9]+\] mldist run: (rank [0-9]+ (?:exited with code|was killed by) .*?([0-9]+)\)? on \S+)")
 
@@ -149,8 +186,7 @@ class RemoteGroup(Group):
             **({"MLDIST_ENGINE": self.engine} if self.engine else {}),
         }
         env = remote_env(self.env, extra, self.interface())
-        # The run's own variables (RunConfig.env: horovodrun's flags, the backend) reach the other hosts too.
-        names = [n for n in dict.fromkeys((*FORWARD, *extra, *cfg.env)) if n in env]
+        names = forwarded(env, extra, cfg.env)
         self.mpiexec = subprocess.Popen(
             remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names, cfg.mpi_args),
             env=env,

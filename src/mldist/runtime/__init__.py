@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .collectives import allgather, allreduce, broadcast
 from .gradients import DistributedGradientTape, average_gradients
+from .stall import stall_watch
 from .worker import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "local_size",
     "rank",
     "size",
+    "stall_watch",
     "strategy",
 ]

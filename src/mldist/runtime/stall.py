@@ -19,14 +19,21 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import itertools
+import os
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from ..base import progress
 from ..errors import ConfigError
-from .leave import leave
+from .frames import main_thread_frames
+from .leave import error_line, leave, tell
 
 #: Seconds a collective may take before the watch ends the job: far above any sane step,
 #: short enough that a stalled job gives its allocation back.
@@ -85,9 +92,23 @@ def stall_message(rank: int, engine: str, what: str, seconds: float, timeout: fl
     hint = HINTS.get(engine, "check the other ranks' output")
     return (
         f"rank {rank} waited {seconds:.0f} s in {what} (engine {engine}) for the other workers, more than "
-        f"MLDIST_COLLECTIVE_TIMEOUT={timeout:g}; {hint}; raise MLDIST_COLLECTIVE_TIMEOUT if one step "
-        "really takes this long (0 turns the watch off)"
+        f"MLDIST_COLLECTIVE_TIMEOUT={timeout:g}; {hint}; {RAISE_IT}"
     )
+
+
+#: The end of every stall message.
+RAISE_IT = "raise MLDIST_COLLECTIVE_TIMEOUT if one step really takes this long (0 turns the watch off)"
+
+
+def late_message(rank: int, engine: str, late: Sequence[str], seconds: float, timeout: float) -> str:
+    """The stall message that names the late ranks (``late``: :func:`mldist.base.progress.late_lines`).
+
+    Example:
+        >>> late_message(0, "mpi", ["rank 1 has not reached collective #3 broadcast after 9 s: ..."], 9, 8)[:36]
+        'rank 1 has not reached collective #3'
+    """
+    tail = f"rank {rank} waited {seconds:.0f} s (engine {engine}), more than MLDIST_COLLECTIVE_TIMEOUT={timeout:g}"
+    return "\n".join([*late, f"{tail}; {RAISE_IT}"])
 
 
 #: Counters read from the graph: (collectives started, finished, index of the last started in its names).
@@ -97,16 +118,21 @@ Probe = Callable[[], tuple[int, int, int]]
 class Watch:
     """Collectives in flight on this rank and the thread that ends the process when one stalls.
 
-    Marks come from Python (:meth:`begin`/:meth:`end`, the MPI engine's callbacks) or from
-    graph counters that ``probe`` reads (TensorFlow's engines): started != finished means one
-    is in flight, since the counters last changed.
+    Marks come from Python (:meth:`begin`/:meth:`end`, the MPI and JAX engines, Keras's steps) or
+    from graph counters that ``probe`` reads (TensorFlow's engines): started != finished means
+    one is in flight, since the counters last changed. Collectives are numbered in the order
+    they begin, alike on every rank; about once a second the watch publishes where this rank is
+    (:mod:`mldist.base.progress`), and a stall names the ranks that never reached the collective.
 
     Args:
         rank, engine: named in the message.
         timeout: seconds (> 0).
         probe: reads the graph counters, or None.
         names: what each index the probe returns stands for (appended to while tracing).
-        clock: the time source (tests pass a fake one).
+        clock: the time source for durations (tests pass a fake one).
+        size: the number of ranks.
+        where: the progress folder (None: nothing published, nothing read).
+        wall: the time source for published times (seconds since the epoch).
     """
 
     def __init__(
@@ -117,54 +143,118 @@ class Watch:
         probe: Probe | None = None,
         names: Sequence[str] = (),
         clock: Any = time.monotonic,
+        *,
+        size: int = 1,
+        where: Path | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.rank, self.engine, self.timeout, self._clock = rank, engine, timeout, clock
-        self.probe, self.names = probe, names
-        self._flight: dict[int, tuple[str, float]] = {}
+        self.probe, self.names, self.size, self.where, self._wall = probe, names, size, where, wall
+        self._flight: dict[int, tuple[str, float, float]] = {}  # token -> (what, since, since on the wall)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._seen: tuple[int, int, int] = (0, 0, 0)
-        self._since = 0.0
+        self._since, self._since_wall = 0.0, 0.0
+        self._began = self._finished = 0  # collectives marked from Python
+        self._last: tuple[str, float] | None = None  # the last one finished (Python marks), and when
+        #: Records written before this watch started are an earlier attempt's (a reused run directory).
+        self._born = self._wall() - 2 * progress.PUBLISH_SECONDS
+        self._published = float("-inf")
+        self._publishing = threading.Lock()
 
     def begin(self, what: str) -> int:
         """Mark a collective as started; the token to pass to :meth:`end`."""
         token = next(self._ids)
         with self._lock:
-            self._flight[token] = (what, self._clock())
+            self._began += 1
+            self._flight[token] = (what, self._clock(), self._wall())
         return token
 
     def end(self, token: int) -> None:
         """Mark the collective of ``token`` as finished."""
         with self._lock:
-            self._flight.pop(token, None)
+            done = self._flight.pop(token, None)
+            if done is not None:
+                self._finished += 1
+                self._last = (done[0], self._wall())
+        # Where the watch thread is starved (it publishes every second), the thread that ran the
+        # collective publishes: off the hot path otherwise, and a record is never far behind.
+        if self._clock() - self._published > 2 * progress.PUBLISH_SECONDS:
+            self.publish()
 
-    def _probed(self, now: float) -> tuple[str, float] | None:
+    def _probed(self, now: float) -> tuple[str, float, float] | None:
         """The graph's collective in flight and since when, from the counters."""
         if self.probe is None:
             return None
         counts = self.probe()
         if counts != self._seen:
-            self._seen, self._since = counts, now
+            self._seen, self._since, self._since_wall = counts, now, self._wall()
         started, finished, index = counts
         if started == finished:
             return None
-        return (self.names[index] if 0 <= index < len(self.names) else "a collective", self._since)
+        return (self._name(index), self._since, self._since_wall)
+
+    def _name(self, index: int) -> str:
+        return self.names[index] if 0 <= index < len(self.names) else "a collective"
+
+    def record(self, now: float) -> progress.Record:
+        """Where this rank is now, for the others (collective numbers count Python marks and graph counters)."""
+        probed = self._probed(now)
+        with self._lock:
+            marks = list(self._flight.values())
+            began, finished, last = self._began + self._seen[0], self._finished + self._seen[1], self._last
+        oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
+        if self._seen[1] and (last is None or self._since_wall > last[1]) and self._seen[0] == self._seen[1]:
+            last = (self._name(self._seen[2]), self._since_wall)  # the graph's last collective ended last
+        return progress.Record(
+            rank=self.rank,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            began=began,
+            finished=finished,
+            current=(began, oldest[0], oldest[2]) if oldest else None,
+            last=(finished, *last) if last and finished else None,
+            stack=main_thread_frames(),
+            written=self._wall(),
+        )
+
+    def publish(self) -> None:
+        """Write this rank's record into the progress folder (if any); a failure is said once, then left."""
+        where = self.where
+        if where is None or not self._publishing.acquire(blocking=False):
+            return  # off, or the other thread is at it
+        try:
+            self._published = now = self._clock()
+            progress.write(where, self.record(now))
+        except OSError as exc:
+            tell(error_line(f"cannot write progress to {where} ({exc.strerror}); a stall will name no late rank"))
+            self.where = None
+        finally:
+            self._publishing.release()
 
     def overdue(self) -> str | None:
         """The message for the oldest collective in flight past the timeout, else None."""
         now = self._clock()
+        probed = self._probed(now)
         with self._lock:
             marks = list(self._flight.values())
-        probed = self._probed(now)
+            began = self._began + self._seen[0]
         oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
         if oldest is None or now - oldest[1] <= self.timeout:
             return None
-        return stall_message(self.rank, self.engine, oldest[0], now - oldest[1], self.timeout)
+        waited = now - oldest[1]
+        found = progress.read(self.where) if self.where is not None else {}
+        records = {r: record for r, record in found.items() if record.written >= self._born}
+        late = progress.late_lines(self.rank, began, oldest[0], waited, records, self.size, self.where, self._wall())
+        if not late:
+            return stall_message(self.rank, self.engine, oldest[0], waited, self.timeout)
+        return late_message(self.rank, self.engine, late, waited, self.timeout)
 
     def run(self) -> None:
-        """The daemon thread's loop: check every second, end the process on a stall."""
+        """The daemon thread's loop: publish, check, end the process on a stall; about once a second."""
         while True:
             time.sleep(min(_CHECK_SECONDS, self.timeout / 4))
+            self.publish()
             if message := self.overdue():
                 end_process(message)
 
@@ -178,19 +268,28 @@ _watch: Watch | None = None
 
 
 def start(
-    rank: int, engine: str, env: Mapping[str, str], probe: Probe | None = None, names: Sequence[str] = ()
+    rank: int,
+    engine: str,
+    env: Mapping[str, str],
+    probe: Probe | None = None,
+    names: Sequence[str] = (),
+    size: int = 1,
 ) -> Watch | None:
     """Start the watch for this rank (``init`` does, with 2+ workers); None when turned off.
 
     Args:
         rank, engine: named in the message.
-        env: for ``MLDIST_COLLECTIVE_TIMEOUT``.
+        env: for ``MLDIST_COLLECTIVE_TIMEOUT`` and the progress folder (:func:`mldist.base.progress.folder`).
         probe, names: the engine's graph counters and what their indices name (see :class:`Watch`).
+        size: the number of ranks.
     """
     global _watch
     timeout = collective_timeout(env)
     if _watch is None and timeout > 0:
-        _watch = Watch(rank, engine, timeout, probe, names)
+        _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env))
+        _watch.publish()  # at once: a rank may be stuck before the thread's first turn
+        if _watch.where is not None and progress.temporary(env):
+            atexit.register(progress.forget, _watch.where, rank)
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
     return _watch
 
@@ -204,6 +303,31 @@ def end(token: int) -> None:
     """Mark the collective of ``token`` as finished."""
     if _watch is not None:
         _watch.end(token)
+
+
+@contextlib.contextmanager
+def stall_watch(what: str = "a training step") -> Iterator[None]:
+    """Count the block as one collective for the stall watch: a custom loop's compiled step.
+
+    Keras's ``fit`` steps count already (``mldist.keras.StallWatch``). A JAX or compiled
+    TensorFlow step of your own all-reduces inside XLA, where mldist sees nothing: wrap the
+    step and what waits for its result, so a rank that never arrives is named after
+    ``MLDIST_COLLECTIVE_TIMEOUT``. Every rank must wrap the same steps (they are numbered).
+
+    Args:
+        what: how stall lines and ``mldist stacks`` name it.
+
+    Example::
+
+        with mldist.stall_watch("train step"):
+            state, loss = train_step(state, batch)
+            jax.block_until_ready(loss)   # JAX returns at once; the wait is here
+    """
+    token = begin(what)
+    try:
+        yield
+    finally:
+        end(token)
 
 
 def active() -> bool:

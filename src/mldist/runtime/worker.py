@@ -132,7 +132,7 @@ def _collectives(
     strategy, workers = eng.start(tf, placement)
     STATE.engine = eng
     if stall.collective_timeout(os.environ) > 0:
-        stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf))
+        stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf), size=placement.size)
     # After the engine's own exit handler: atexit runs the last registered first.
     leave.install_exit_hook()
     atexit.register(leave.at_exit)

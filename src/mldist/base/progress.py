@@ -1,0 +1,274 @@
+"""Where every rank is: the records ranks publish of their collectives and their main thread's code.
+
+Each rank's collective watch (:mod:`mldist.runtime.stall`) writes ``rank-R.json`` into the
+job's progress folder about once a second: how many collectives it began and finished, the
+one in flight, the last one finished, and the innermost frames of its main thread. A rank
+that waits too long in a collective reads the others' records to name the rank that never
+arrived and where it is; ``mldist stacks`` and ``mldist run`` (SIGQUIT) read them for a job
+that is slow rather than stuck. Nothing needs the late rank's cooperation at that moment:
+its record is what it last wrote, and its age says how fresh that is.
+
+The folder (:func:`folder`): ``MLDIST_PROGRESS_DIR`` (``mldist run`` sets it), else
+``progress/`` in the run directory (``MLDIST_RUN_DIR``: ``mldist submit``'s jobs keep it on
+a filesystem every node sees), else a folder of this node's temporary directory named after
+the job (a bare ``mpiexec`` or ``srun``: ranks of other nodes are not seen there).
+
+Example:
+    >>> import tempfile
+    >>> where = Path(tempfile.mkdtemp())
+    >>> write(where, Record(rank=1, host="n1", pid=7, began=3, finished=2, current=(3, "allreduce(sum)", 99.0),
+    ...                     last=(2, "broadcast", 98.0), stack=("t.py:9 <module>: step()",), written=100.0))
+    >>> read(where)[1].current
+    (3, 'allreduce(sum)', 99.0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+#: The variable that names the folder; ``mldist run`` sets it for its workers.
+FOLDER_ENV = "MLDIST_PROGRESS_DIR"
+#: How often a rank writes its record (seconds).
+PUBLISH_SECONDS = 1.0
+#: A record older than this many publishing intervals is stale: its rank's watch thread cannot run
+#: (its main thread holds Python's lock in C code) or the rank is gone.
+STALE_AFTER = 3
+#: Variables that name a bare launcher's job, first set wins: ranks of one job share the folder.
+JOB_KEYS = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PALS_APID")
+_FILE = re.compile(r"rank-([0-9]{1,7})\.json")
+
+
+@dataclass(frozen=True)
+class Record:
+    """What one rank published.
+
+    Args:
+        rank: the rank.
+        host, pid: where it runs.
+        began, finished: how many collectives it began and finished.
+        current: (number, what, since) of the collective in flight, or None between collectives.
+        last: (number, what, when) of the last collective it finished, or None.
+        stack: its main thread's innermost frames, innermost first (``file:line function: code``).
+        written: when the record was written (seconds since the epoch).
+    """
+
+    rank: int
+    host: str
+    pid: int
+    began: int
+    finished: int
+    current: tuple[int, str, float] | None
+    last: tuple[int, str, float] | None
+    stack: tuple[str, ...]
+    written: float
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds since the record was written."""
+        return max(0.0, (time.time() if now is None else now) - self.written)
+
+    def stale(self, now: float | None = None) -> bool:
+        """Whether its rank stopped writing (see :data:`STALE_AFTER`)."""
+        return self.age(now) > STALE_AFTER * PUBLISH_SECONDS + 1
+
+
+def folder(env: Mapping[str, str]) -> Path | None:
+    """This job's progress folder (see the module doc), or None outside a job of several ranks.
+
+    Example:
+        >>> str(folder({"MLDIST_RUN_DIR": "/r"})), folder({})
+        ('/r/progress', None)
+    """
+    if env.get(FOLDER_ENV):
+        return Path(env[FOLDER_ENV])
+    if env.get("MLDIST_RUN_DIR"):
+        return Path(env["MLDIST_RUN_DIR"]) / "progress"
+    key = next((env[name] for name in JOB_KEYS if env.get(name)), None)
+    if key is None:
+        return None
+    step = env.get("SLURM_STEP_ID", "")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{key}.{step}" if step else key)
+    return Path(tempfile.gettempdir()) / f"mldist-{os.getuid()}" / f"progress-{safe}"
+
+
+def temporary(env: Mapping[str, str]) -> bool:
+    """Whether :func:`folder` is a node's temporary one (no launcher's, no run directory): records
+    there are worth nothing after the job, and each rank removes its own at a clean exit.
+
+    Example:
+        >>> temporary({"SLURM_JOB_ID": "7"}), temporary({"MLDIST_RUN_DIR": "/r", "SLURM_JOB_ID": "7"})
+        (True, False)
+    """
+    return not env.get(FOLDER_ENV) and not env.get("MLDIST_RUN_DIR") and folder(env) is not None
+
+
+def forget(where: Path, rank: int) -> None:
+    """Remove rank ``rank``'s record from ``where`` (if there)."""
+    with contextlib.suppress(OSError):
+        (where / f"rank-{rank}.json").unlink()
+
+
+def write(where: Path, record: Record) -> None:
+    """Replace ``rank-R.json`` in ``where`` (made owner-only if missing): temp file, then rename.
+
+    No fsync: a record is rewritten every second and worth nothing after the job.
+    """
+    where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = where / f"rank-{record.rank}.json"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(record)))
+    os.replace(tmp, path)
+
+
+def _record(data: Any) -> Record | None:
+    try:
+        current, last = data["current"], data["last"]
+        return Record(
+            rank=int(data["rank"]),
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            began=int(data["began"]),
+            finished=int(data["finished"]),
+            current=(int(current[0]), str(current[1]), float(current[2])) if current else None,
+            last=(int(last[0]), str(last[1]), float(last[2])) if last else None,
+            stack=tuple(str(s) for s in data["stack"]),
+            written=float(data["written"]),
+        )
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+
+
+def read(where: Path) -> dict[int, Record]:
+    """Every rank's record in ``where`` by rank (damaged or half-written files are skipped)."""
+    out: dict[int, Record] = {}
+    with contextlib.suppress(OSError):
+        for path in where.iterdir():
+            if not _FILE.fullmatch(path.name):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                record = _record(json.loads(path.read_text()))
+                if record is not None:
+                    out[record.rank] = record
+    return dict(sorted(out.items()))
+
+
+def clock(seconds: float) -> str:
+    """A wall-clock time as ``HH:MM:SS`` (local time).
+
+    Example:
+        >>> len(clock(0.0))
+        8
+    """
+    return time.strftime("%H:%M:%S", time.localtime(seconds))
+
+
+def describe(record: Record, now: float | None = None) -> list[str]:
+    """Lines for one rank: where it is in its collectives, then its frames (``mldist stacks``).
+
+    Example:
+        >>> r = Record(0, "n1", 7, 5, 5, None, (5, "allreduce(sum)", 0.0), ("t.py:3 f: x()",), 10.0)
+        >>> describe(r, now=10.5)[0]
+        'rank 0 (n1, pid 7): between collectives: finished #5 allreduce(sum) 10 s ago'
+    """
+    now = time.time() if now is None else now
+    if record.current is not None:
+        number, what, since = record.current
+        where = f"in collective #{number} {what} for {now - since:.0f} s"
+    elif record.last is not None:
+        number, what, when = record.last
+        where = f"between collectives: finished #{number} {what} {now - when:.0f} s ago"
+    else:
+        where = "before its first collective"
+    stale = f" (record {record.age(now):.0f} s old: {STALE_WHY})" if record.stale(now) else ""
+    head = f"rank {record.rank} ({record.host}, pid {record.pid}): {where}{stale}"
+    return [head, *(f"    {frame}" for frame in record.stack or ("(no Python frames)",))]
+
+
+#: Why a rank has no record.
+NO_RECORD = (
+    "records come from mldist.init()'s collective watch, about once a second; MLDIST_COLLECTIVE_TIMEOUT=0 turns it off"
+)
+#: Why a record stops being rewritten while its rank lives.
+STALE_WHY = "its watch cannot run, so its main thread is likely in C code that holds Python's lock (the GIL)"
+
+
+#: How many late ranks a stall line lists in full; the rest are counted.
+LISTED = 4
+
+
+def _where(record: Record, now: float) -> str:
+    """Where a late rank is: its collective in flight, or its code; how old that news is."""
+    if record.current is not None:
+        number, what, since = record.current
+        doing = f"is in collective #{number} {what} for {now - since:.0f} s"
+    else:
+        doing = f"is in {record.stack[0]}" if record.stack else "is outside mldist's collectives"
+    if record.last is not None:
+        number, what, when = record.last
+        done = f"it finished #{number} {what} at {clock(when)}"
+    else:
+        done = "it finished no collective"
+    fresh = f" ({STALE_WHY}; this is {record.age(now):.0f} s old)" if record.stale(now) else ""
+    return f"{done} and {doing}{fresh}"
+
+
+def late_lines(
+    rank: int,
+    number: int,
+    what: str,
+    waited: float,
+    records: Mapping[int, Record],
+    size: int,
+    where: Path | None,
+    now: float | None = None,
+) -> list[str]:
+    """The lines naming the ranks that keep ``rank`` waiting in its collective ``number`` (``what``).
+
+    A rank is late when it has begun fewer collectives than ``number``; a rank at the same
+    number in another collective is out of step (the two sides named). Empty when every rank
+    reached the collective (the engine itself stalls), or when nothing is known of any other rank.
+
+    Args:
+        rank: the waiting rank.
+        number, what, waited: its collective in flight: number, name, seconds so far.
+        records: every rank's record (see :func:`read`).
+        size: the number of ranks.
+        where: the progress folder (named when a rank's record is missing), or None.
+        now: the time (default: now).
+
+    Example:
+        >>> r1 = Record(1, "n2", 9, 57, 57, None, (57, "allreduce(sum)", 0.0), ("stuck.py:9 f: sleep(60)",), 20.0)
+        >>> late_lines(0, 58, "allreduce(sum)", 20.0, {1: r1}, 2, None, now=21.0)[0][:70]
+        'rank 1 has not reached collective #58 allreduce(sum) after 20 s: it fi'
+    """
+    now = time.time() if now is None else now
+    others = [r for r in range(size) if r != rank]
+    if not any(r in records for r in others):
+        return []
+    late = [r for r in others if r not in records or records[r].began < number]
+    apart = [
+        r for r in others if r in records and (c := records[r].current) is not None and c[0] == number and c[1] != what
+    ]
+    lines = []
+    for r in late[:LISTED]:
+        head = f"rank {r} has not reached collective #{number} {what} after {waited:.0f} s"
+        if r in records:
+            lines.append(f"{head}: {_where(records[r], now)}")
+        else:
+            lines.append(f"{head}: nothing is known of it (no record in {where or 'a progress folder'}; "
+                         "ranks on other nodes need a folder every node sees: MLDIST_RUN_DIR)")  # fmt: skip
+    if len(late) > LISTED:
+        lines.append(f"and {len(late) - LISTED} more late rank(s): {', '.join(map(str, late[LISTED:]))}")
+    for r in apart[:LISTED]:
+        theirs = records[r].current
+        assert theirs is not None
+        lines.append(f"rank {rank} is in #{number} {what} while rank {r} is in #{number} {theirs[1]}")
+    return lines
