@@ -1,11 +1,10 @@
 """A rank alive but stuck: the job ends in seconds and names the late rank and where it is (slow).
 
 tests/workers/late.py: rank 0 trains with Keras fit; the other ranks stop before their 4th step:
-asleep, in a pure-Python loop, or in a C call that holds Python's lock. One launch of 3 ranks
-covers the sleeping and the busy rank at once; the lock needs a launch of its own (its rank
-publishes nothing while it holds it). Launchers: ``mldist run`` (MPI, JAX), Open MPI's
-``mpirun`` (tests/slurm/test_slurm_mpi.py has ``srun -N 2``). Also: ``mldist stacks`` and
-SIGQUIT on a running ``mldist run`` that then ends normally.
+asleep, in a pure-Python loop, or in a C call that holds Python's lock. One launch of 4 ranks
+covers the three at once (launches are what costs here). Launchers: ``mldist run`` (MPI, JAX),
+Open MPI's ``mpirun`` (tests/slurm/test_slurm_mpi.py has ``srun -N 2``, test_hosts ``-H``).
+Also: ``mldist stacks`` and SIGQUIT on a running ``mldist run`` that then ends normally.
 """
 
 from __future__ import annotations
@@ -57,22 +56,16 @@ CASES = [("mldist run", "tensorflow"), ("mpirun", "tensorflow"), ("mldist run", 
 
 
 @pytest.mark.parametrize("launcher, backend", CASES, ids=["mldist-run-mpi", "mpirun-mpi", "mldist-run-jax"])
-def test_a_sleeping_and_a_busy_rank_are_named_with_their_lines(launcher: str, backend: str) -> None:
-    res, took = launch(launcher, backend, "sleep", "busy")
+def test_a_sleeping_a_busy_and_a_gil_holding_rank_are_named_with_where_they_are(launcher: str, backend: str) -> None:
+    res, took = launch(launcher, backend, "sleep", "busy", "gil")
     assert res.returncode != 0 and "UNREACHABLE" not in res.stdout
     assert took < 45, f"the job ended {took:.0f} s after the ranks got stuck\n{res.stderr[-3000:]}"
-    sleeping, busy = late_line(res, 1), late_line(res, 2)
+    sleeping, busy, gil = late_line(res, 1), late_line(res, 2), late_line(res, 3)
     assert f"late.py:{SLEEP_LINE} stuck: time.sleep(600)" in sleeping, sleeping
     assert any(f"late.py:{n} spin" in busy for n in BUSY_LINES), busy
     assert re.search(r"it finished #\d+ ", sleeping) and "MLDIST_COLLECTIVE_TIMEOUT=15" in res.stderr
-
-
-@pytest.mark.parametrize("launcher, backend", CASES, ids=["mldist-run-mpi", "mpirun-mpi", "mldist-run-jax"])
-def test_a_rank_in_c_code_holding_the_gil_is_named_with_the_age_of_what_is_known(launcher: str, backend: str) -> None:
-    res, took = launch(launcher, backend, "gil")
-    assert res.returncode != 0 and took < 45, f"{res.returncode}, {took:.0f} s\n{res.stderr[-3000:]}"
-    line = late_line(res, 1)
-    assert "holds Python's lock" in line and re.search(r"this is \d+ s old", line), line
+    # Its watch thread cannot run: what is known is its last record, and the line says how old.
+    assert "holds Python's lock" in gil and re.search(r"this is \d+ s old", gil), gil
 
 
 def test_ranks_in_different_collectives_are_both_named() -> None:

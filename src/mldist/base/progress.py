@@ -179,12 +179,11 @@ def describe(record: Record, now: float | None = None) -> list[str]:
         'rank 0 (n1, pid 7): between collectives: finished #5 allreduce(sum) 10 s ago'
     """
     now = time.time() if now is None else now
-    if record.current is not None:
-        number, what, since = record.current
-        where = f"in collective #{number} {what} for {now - since:.0f} s"
-    elif record.last is not None:
-        number, what, when = record.last
-        where = f"between collectives: finished #{number} {what} {now - when:.0f} s ago"
+    current, last = _in_flight(record, now), _finished(record)
+    if current:
+        where = f"in {current}"
+    elif last:
+        where = f"between collectives: finished {last[0]} {now - last[1]:.0f} s ago"
     else:
         where = "before its first collective"
     stale = f" (record {record.age(now):.0f} s old: {STALE_WHY})" if record.stale(now) else ""
@@ -204,18 +203,27 @@ STALE_WHY = "its watch cannot run, so its main thread is likely in C code that h
 LISTED = 4
 
 
+def _in_flight(record: Record, now: float) -> str:
+    """``collective #N what for S s`` of the collective in flight ("" between collectives)."""
+    if record.current is None:
+        return ""
+    number, what, since = record.current
+    return f"collective #{number} {what} for {now - since:.0f} s"
+
+
+def _finished(record: Record) -> tuple[str, float] | None:
+    """(``#N what``, when) of the last collective finished, or None."""
+    if record.last is None:
+        return None
+    number, what, when = record.last
+    return f"#{number} {what}", when
+
+
 def _where(record: Record, now: float) -> str:
     """Where a late rank is: its collective in flight, or its code; how old that news is."""
-    if record.current is not None:
-        number, what, since = record.current
-        doing = f"is in collective #{number} {what} for {now - since:.0f} s"
-    else:
-        doing = f"is in {record.stack[0]}" if record.stack else "is outside mldist's collectives"
-    if record.last is not None:
-        number, what, when = record.last
-        done = f"it finished #{number} {what} at {clock(when)}"
-    else:
-        done = "it finished no collective"
+    current, last = _in_flight(record, now), _finished(record)
+    doing = f"is in {current}" if current else f"is in {record.stack[0]}" if record.stack else "is in no Python code"
+    done = f"it finished {last[0]} at {clock(last[1])}" if last else "it finished no collective"
     fresh = f" ({STALE_WHY}; this is {record.age(now):.0f} s old)" if record.stale(now) else ""
     return f"{done} and {doing}{fresh}"
 

@@ -2,11 +2,13 @@
 
 Every collective mldist issues marks its start and end (the MPI engine inside its
 ``numpy_function``; TensorFlow's engines by adding one to a "started" and a "finished"
-counter, two CPU variables, before and after the collective op). A daemon thread looks
-once a second for a collective in flight longer than ``MLDIST_COLLECTIVE_TIMEOUT``
-seconds (default :data:`DEFAULT_TIMEOUT`, 0 turns the watch off) and then ends the
-process: one line naming the rank, the engine, the collective, the seconds waited and
-the fallback (for NCCL: ``MLDIST_COMMUNICATION=ring``), exit code :data:`STALL_EXIT_CODE`.
+counter, two CPU variables, before and after the collective op). A daemon thread
+publishes where this rank is about once a second (:mod:`mldist.base.progress`) and looks
+for a collective in flight longer than ``MLDIST_COLLECTIVE_TIMEOUT`` seconds (default
+:data:`DEFAULT_TIMEOUT`, 0 turns the watch off); then it ends the process, exit code
+:data:`STALL_EXIT_CODE`, naming each rank that never reached the collective and where it
+is (from the others' records), or, when all reached it, this rank, the engine, the
+collective, the seconds waited and the fallback (for NCCL: ``MLDIST_COMMUNICATION=ring``).
 
 TensorFlow's own collective timeout is left unset on purpose: small values time out
 healthy steps, and a dead peer already fails a collective after about 9 s (heartbeat).
