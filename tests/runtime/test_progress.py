@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from mldist.base import progress
 from mldist.base.progress import Record
 from mldist.runtime import stall
@@ -111,3 +113,19 @@ def test_the_watch_publishes_numbered_collectives_and_names_the_late_rank(tmp_pa
     assert line.splitlines()[-1].startswith("rank 0 waited 12 s (engine mpi), more than MLDIST_COLLECTIVE_TIMEOUT=10")
     watches[0].end(token)
     assert watches[0].overdue() is None
+
+
+def test_a_record_that_cannot_be_made_never_ends_the_watch_and_is_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    def broken() -> tuple[str, ...]:
+        raise TypeError("'<=' not supported between instances of 'int' and 'NoneType'")
+
+    monkeypatch.setattr(stall, "main_thread_frames", broken)
+    watch = stall.Watch(0, "mpi", 10, size=2, where=tmp_path)
+    for _ in range(stall.FAILURES_SAID + 3):
+        watch.publish()  # raises nothing
+    assert capfd.readouterr().err.count("cannot record this rank's progress (TypeError") == 1
+    monkeypatch.setattr(stall, "main_thread_frames", lambda: ("x.py:1 f: g()",))
+    watch.publish()
+    assert progress.read(tmp_path)[0].stack == ("x.py:1 f: g()",)

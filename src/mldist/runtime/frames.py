@@ -54,8 +54,9 @@ def _short(filename: str) -> str:
 def describe_frame(frame: FrameType) -> str:
     """``file:line function: code`` of one frame."""
     code = frame.f_code
-    text = linecache.getline(code.co_filename, frame.f_lineno).strip()
-    return f"{_short(code.co_filename)}:{frame.f_lineno} {code.co_name}" + (f": {text}" if text else "")
+    line = frame.f_lineno or code.co_firstlineno  # None while another thread's frame is between lines
+    text = linecache.getline(code.co_filename, line).strip()
+    return f"{_short(code.co_filename)}:{line} {code.co_name}" + (f": {text}" if text else "")
 
 
 def frames_of(frame: FrameType | None, depth: int = DEPTH) -> tuple[str, ...]:

@@ -53,6 +53,8 @@ HINTS: Mapping[str, str] = {
     "other ranks' output, or try MLDIST_COMMUNICATION=ring",
 }
 _CHECK_SECONDS = 1.0
+#: After this many records in a row that could not be made, the rank says so (once).
+FAILURES_SAID = 5
 
 
 def collective_timeout(env: Mapping[str, str]) -> float:
@@ -163,6 +165,7 @@ class Watch:
         self._born = self._wall() - 2 * progress.PUBLISH_SECONDS
         self._published = float("-inf")
         self._publishing = threading.Lock()
+        self._failed = 0  # records in a row that could not be made
 
     def begin(self, what: str) -> int:
         """Mark a collective as started; the token to pass to :meth:`end`."""
@@ -228,9 +231,14 @@ class Watch:
         try:
             self._published = now = self._clock()
             progress.write(where, self.record(now))
+            self._failed = 0
         except OSError as exc:
             tell(error_line(f"cannot write progress to {where} ({exc.strerror}); a stall will name no late rank"))
             self.where = None
+        except Exception as exc:  # reading another thread's frames must never end the watch
+            self._failed += 1  # a frame caught between two lines: the next record, a second later, is fine
+            if self._failed == FAILURES_SAID:
+                tell(error_line(f"cannot record this rank's progress ({type(exc).__name__}: {exc}); still trying"))
         finally:
             self._publishing.release()
 
