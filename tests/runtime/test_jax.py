@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -101,3 +102,16 @@ def test_refused_backend_says_so_in_one_line() -> None:
     assert res.stderr.strip().splitlines() == [
         "mldist: error: KERAS_BACKEND=torch is not supported by mldist yet; use 'jax' or 'tensorflow'"
     ]
+
+
+def test_the_coordinator_listens_on_the_chosen_address_only() -> None:
+    """JAX binds its coordinator to [::]:port by default; mldist passes rank 0's own address."""
+    args = ["run", "-n", "2", "--network", "host", "--no-run-dir", "--", PY, str(WORKERS / "jax_listen.py")]
+    res = check(mldist(args, env=JAX))
+    chosen = {line.split()[-1] for line in res.stdout.splitlines() if "CHOSEN" in line}
+    # A dual-stack socket shows an IPv4 address as [::ffff:127.0.0.1]:port.
+    listening = [
+        re.sub(r"^\[::ffff:(.*)\]", r"\1", line.split()[-1]) for line in res.stdout.splitlines() if "LISTEN" in line
+    ]
+    assert len(chosen) == 1 and listening, res.stdout
+    assert listening == [chosen.pop()], res.stdout  # not *:port, [::]:port or 0.0.0.0:port

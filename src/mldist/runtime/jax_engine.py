@@ -139,6 +139,9 @@ class JaxEngine(WholeWorld):
             num_processes=spec.size,
             process_id=spec.rank,
             local_device_ids=self._device_ids,
+            # Rank 0's coordinator listens on the address mldist chose for it, not on every interface
+            # (JAX's default is [::]:port); its gRPC has no authentication.
+            coordinator_bind_address=spec.workers[0] if spec.rank == 0 else None,
         )
         set_data_parallel(spec.size)
         self._seed_alike(spec.rank)
