@@ -48,16 +48,18 @@ class Traits:
             ``keras.distribution.DataParallel`` that ``init`` sets over every process and device):
             optimizer and tape wrappers have nothing to add, and the backend brings its own engine,
             whatever ``--communication`` says.
+        packages: the distributions Keras needs for it, beside TensorFlow (``mldist[jax]`` installs JAX's).
     """
 
     runs_tensorflow: bool
     averages_in_step: bool
+    packages: tuple[str, ...] = ()
 
 
 #: The traits of each backend mldist runs (:data:`SUPPORTED`).
 TRAITS = {
     "tensorflow": Traits(runs_tensorflow=True, averages_in_step=False),
-    "jax": Traits(runs_tensorflow=False, averages_in_step=True),
+    "jax": Traits(runs_tensorflow=False, averages_in_step=True, packages=("jax", "jaxlib")),
 }
 
 

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -77,7 +78,31 @@ def check_cpu_and_tensorflow(env: Mapping[str, str]) -> list[Result]:
         return [*results, ("TensorFlow", "fail", why, "pip install 'mldist[cpu]' (or [gpu])")]
     results.append(("TensorFlow", "ok", f"TensorFlow {info['version']} imports", ""))
     results.append(_gpu_result(env, bool(info["cuda"]), int(str(info["gpus"]))))
-    return results
+    return [*results, *_jax_result(env)]
+
+
+def _jax_result(env: Mapping[str, str]) -> list[Result]:
+    """JAX's and jaxlib's versions beside TensorFlow's (package metadata: no import); a fail where the
+    configured Keras backend needs them and they are missing."""
+    import importlib.metadata
+
+    from ..placement import backend
+
+    found = {}
+    for name in ("jax", "jaxlib"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[name] = importlib.metadata.version(name)
+    try:
+        keras = backend.keras_backend(env, backend.read_config(env))
+        needed = backend.traits(keras).packages
+    except MldistError:
+        keras, needed = "", ()
+    if missing := [name for name in needed if name not in found]:
+        why = f"KERAS_BACKEND={keras} but {' and '.join(missing)} not installed"
+        return [("JAX", "fail", why, "pip install 'mldist[jax]'")]
+    if found:
+        return [("JAX", "ok", " and ".join(f"{name} {version}" for name, version in found.items()) + " installed", "")]
+    return []
 
 
 def _gpu_result(env: Mapping[str, str], cuda: bool, gpus: int) -> Result:

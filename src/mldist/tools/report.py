@@ -102,7 +102,18 @@ def shown(name: str) -> bool:
     return name in SHOWN_NAMES or name.startswith(SHOWN_PREFIXES)
 
 
-_PACKAGES = ("mldist", "tensorflow", "tensorflow-cpu", "keras", "tf-keras", "tensorboard", "mpi4py", "numpy")
+_PACKAGES = (
+    "mldist",
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "tf-keras",
+    "jax",
+    "jaxlib",
+    "tensorboard",
+    "mpi4py",
+    "numpy",
+)
 
 
 def _versions() -> dict[str, str]:
