@@ -175,3 +175,15 @@ def test_a_worker_variable_that_no_shell_could_pass_is_refused(env: dict[str, st
 
     with pytest.raises(ConfigError, match="worker variable"):
         RunConfig(nprocs=1, command=("python",), env=env)
+
+
+def test_every_worker_gets_the_common_rank_variables_and_a_users_own_stay() -> None:
+    code = "import os; print(*(os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE')))"
+    for engine in ("ring", "mpi"):  # started directly, and through mpiexec's shims
+        res = check(mldist(["run", "-n", "2", "--communication", engine, "--", PY, "-c", code]))
+        assert sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()) == ["0 2 0 2", "1 2 1 2"], engine
+        assert "MASTER_ADDR" not in res.stdout
+    env = clean_env(RANK="7")
+    res = check(mldist(["run", "-n", "2", "--communication", "ring", "--", PY, "-c", code], env=env))
+    assert sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()) == ["7 2 0 2", "7 2 1 2"]
+    assert res.stderr.count("RANK=7 of this environment stays as it is for every worker") == 1, res.stderr

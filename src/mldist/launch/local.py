@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 
 from ..errors import REQUEUE_CODE, ConfigError
-from ..placement import engines
+from ..placement import common, engines
 from ..placement.resources import thread_plan
 from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
@@ -127,6 +127,8 @@ def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Re
         note = thread_plan(env, cfg.nprocs).note  # e.g. an OMP_NUM_THREADS=1 inherited from the shell
         if note:
             say(f"note: {note}")
+    if kept := common.kept_note(env):
+        say(f"note: {kept}")
     started_by = "mpiexec" if kind is MpiexecGroup else "direct"
     return cfg, env, kind, Record(cfg, started_by, env) if cfg.run_dir else None
 

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from ..base.rundir import RUN_DIR_ENV
+from ..placement import common
 from .config import RunConfig
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
@@ -97,6 +98,7 @@ def worker_env(
         MLDIST_WORKERS=",".join(workers),
         MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
+    env.update(common.added(base, common.variables(rank, cfg.nprocs, rank, cfg.nprocs)))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..base.procs import die_with_parent
-from ..placement import detect
+from ..placement import common, detect
 from .groups import ERROR_LINE, NOTES, pump
 from .procs import describe, exit_code
 
@@ -73,7 +73,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m mldist.launch.remote_shim -- COMMAND...", file=sys.stderr)
         return 2
     die_with_parent()  # mpiexec's daemon gone: go too
-    rank = detect(os.environ).rank
+    me = detect(os.environ)
+    rank = me.rank
+    os.environ.update(common.added(os.environ, common.variables(rank, me.size, me.local_rank, me.local_size)))
     notes = tempfile.mkdtemp(prefix="mldist-notes-")
     os.environ[NOTES] = notes
     try:

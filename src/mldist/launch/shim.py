@@ -26,7 +26,7 @@ from typing import IO
 
 from ..base.files import atomic_write
 from ..base.procs import die_with_parent
-from ..placement import detect
+from ..placement import common, detect
 from .procs import FORWARDED
 
 #: The launcher passes per-rank CPU sets (``--cpu-bind cores``) as "0,1;2,3".
@@ -67,6 +67,7 @@ def main(argv: list[str]) -> int:
         MLDIST_LOCAL_SIZE=str(me.local_size),
         MLDIST_NODE_RANK="0",
     )
+    os.environ.update(common.added(os.environ, common.variables(rank, me.size, me.local_rank, me.local_size)))
     out, err = _outputs(run_dir, rank, os.environ.get("MLDIST_LOG_DIR"))
     try:
         child = subprocess.Popen(
