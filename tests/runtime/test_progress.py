@@ -72,8 +72,8 @@ def test_the_folder_is_decided_by_the_launcher_then_the_run_directory_then_the_j
     assert progress.folder({"MLDIST_RUN_DIR": "/b", "SLURM_JOB_ID": "7"}) == Path("/b/progress")
     slurm = progress.folder({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"})
     assert slurm is not None and slurm.name == "progress-7.0"
-    pmix = progress.folder({"PMIX_NAMESPACE": "prterun-host-123@1"})
-    assert pmix is not None and pmix.name == "progress-prterun-host-123_1"
+    pmix = progress.folder({"PMIX_NAMESPACE": "prterun-host-123@1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"})
+    assert pmix is not None and pmix.name == "progress-prterun-host-123_1"  # one mpiexec of a batch job
     assert progress.folder({}) is None
 
 

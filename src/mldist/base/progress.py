@@ -42,8 +42,9 @@ PUBLISH_SECONDS = 1.0
 #: A record older than this many publishing intervals is stale: its rank's watch thread cannot run
 #: (its main thread holds Python's lock in C code) or the rank is gone.
 STALE_AFTER = 3
-#: Variables that name a bare launcher's job, first set wins: ranks of one job share the folder.
-JOB_KEYS = ("SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PALS_APID")
+#: Variables that name a bare launcher's job, the most specific first (one mpiexec or srun step of a
+#: batch job, then the job): the ranks of one launch share the folder, two launches never do.
+JOB_KEYS = ("PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "PALS_APID", "SLURM_JOB_ID", "PBS_JOBID", "COBALT_JOBID")
 _FILE = re.compile(r"rank-([0-9]{1,7})\.json")
 
 
@@ -91,11 +92,11 @@ def folder(env: Mapping[str, str]) -> Path | None:
         return Path(env[FOLDER_ENV])
     if env.get("MLDIST_RUN_DIR"):
         return Path(env["MLDIST_RUN_DIR"]) / "progress"
-    key = next((env[name] for name in JOB_KEYS if env.get(name)), None)
-    if key is None:
+    name = next((name for name in JOB_KEYS if env.get(name)), None)
+    if name is None:
         return None
-    step = env.get("SLURM_STEP_ID", "")
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{key}.{step}" if step else key)
+    step = env.get("SLURM_STEP_ID", "") if name == "SLURM_JOB_ID" else ""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{env[name]}.{step}" if step else env[name])
     return Path(tempfile.gettempdir()) / f"mldist-{os.getuid()}" / f"progress-{safe}"
 
 
