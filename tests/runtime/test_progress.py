@@ -129,3 +129,13 @@ def test_a_record_that_cannot_be_made_never_ends_the_watch_and_is_said_once(
     monkeypatch.setattr(stall, "main_thread_frames", lambda: ("x.py:1 f: g()",))
     watch.publish()
     assert progress.read(tmp_path)[0].stack == ("x.py:1 f: g()",)
+
+
+def test_large_jobs_write_less_often_and_readers_judge_staleness_by_it(tmp_path: Path) -> None:
+    assert progress.interval(64) == 1.0 and progress.interval(2048) == 8.0
+    watch = stall.Watch(0, "mpi", 600, size=2048, where=tmp_path)
+    watch.publish()
+    record = progress.read(tmp_path)[0]
+    assert record.every == 8.0
+    assert not record.stale(record.written + 20) and record.stale(record.written + 26)
+    assert _record(1, 2).stale(_record(1, 2).written + 5)  # every second: stale after about 4 s

@@ -37,8 +37,10 @@ from typing import Any
 
 #: The variable that names the folder; ``mldist run`` sets it for its workers.
 FOLDER_ENV = "MLDIST_PROGRESS_DIR"
-#: How often a rank writes its record (seconds).
+#: How often a rank writes its record (seconds), in a job of up to :data:`RANKS_PER_SECOND` ranks.
 PUBLISH_SECONDS = 1.0
+#: Larger jobs write less often, so that a shared file system sees about this many records a second.
+RANKS_PER_SECOND = 256
 #: A record older than this many publishing intervals is stale: its rank's watch thread cannot run
 #: (its main thread holds Python's lock in C code) or the rank is gone.
 STALE_AFTER = 3
@@ -60,6 +62,7 @@ class Record:
         last: (number, what, when) of the last collective it finished, or None.
         stack: its main thread's innermost frames, innermost first (``file:line function: code``).
         written: when the record was written (seconds since the epoch).
+        every: how often its rank writes one (seconds; see :func:`interval`).
     """
 
     rank: int
@@ -71,6 +74,7 @@ class Record:
     last: tuple[int, str, float] | None
     stack: tuple[str, ...]
     written: float
+    every: float = PUBLISH_SECONDS
 
     def age(self, now: float | None = None) -> float:
         """Seconds since the record was written."""
@@ -78,7 +82,18 @@ class Record:
 
     def stale(self, now: float | None = None) -> bool:
         """Whether its rank stopped writing (see :data:`STALE_AFTER`)."""
-        return self.age(now) > STALE_AFTER * PUBLISH_SECONDS + 1
+        return self.age(now) > STALE_AFTER * self.every + 1
+
+
+def interval(size: int) -> float:
+    """How often each of ``size`` ranks writes its record: every second, less often past
+    :data:`RANKS_PER_SECOND` ranks (a shared file system's metadata server sees every rename).
+
+    Example:
+        >>> interval(2), interval(1024)
+        (1.0, 4.0)
+    """
+    return max(PUBLISH_SECONDS, size / RANKS_PER_SECOND)
 
 
 def folder(env: Mapping[str, str]) -> Path | None:
@@ -142,6 +157,7 @@ def _record(data: Any) -> Record | None:
             last=(int(last[0]), str(last[1]), float(last[2])) if last else None,
             stack=tuple(str(s) for s in data["stack"]),
             written=float(data["written"]),
+            every=float(data.get("every", PUBLISH_SECONDS)),
         )
     except (KeyError, TypeError, ValueError, IndexError):
         return None

@@ -162,7 +162,8 @@ class Watch:
         self._began = self._finished = 0  # collectives marked from Python
         self._last: tuple[str, float] | None = None  # the last one finished (Python marks), and when
         #: Records written before this watch started are an earlier attempt's (a reused run directory).
-        self._born = self._wall() - 2 * progress.PUBLISH_SECONDS
+        self.every = progress.interval(size)
+        self._born = self._wall() - 2 * self.every
         self._published = float("-inf")
         self._publishing = threading.Lock()
         self._failed = 0  # records in a row that could not be made
@@ -184,7 +185,7 @@ class Watch:
                 self._last = (done[0], self._wall())
         # Where the watch thread is starved (it publishes every second), the thread that ran the
         # collective publishes: off the hot path otherwise, and a record is never far behind.
-        if self._clock() - self._published > 2 * progress.PUBLISH_SECONDS:
+        if self._clock() - self._published > 2 * self.every:
             self.publish()
 
     def _probed(self, now: float) -> tuple[str, float, float] | None:
@@ -221,6 +222,7 @@ class Watch:
             last=(finished, *last) if last and finished else None,
             stack=main_thread_frames(),
             written=self._wall(),
+            every=self.every,
         )
 
     def publish(self) -> None:
@@ -261,10 +263,11 @@ class Watch:
         return late_message(self.rank, self.engine, late, waited, self.timeout)
 
     def run(self) -> None:
-        """The daemon thread's loop: publish, check, end the process on a stall; about once a second."""
+        """The daemon thread's loop: check about once a second, publish every :attr:`every`, end on a stall."""
         while True:
             time.sleep(min(_CHECK_SECONDS, self.timeout / 4))
-            self.publish()
+            if self._clock() - self._published >= self.every - _CHECK_SECONDS / 2:
+                self.publish()
             if message := self.overdue():
                 end_process(message)
 
