@@ -120,6 +120,13 @@ def test_xla_steps_after_the_first_count_as_one_collective(monkeypatch: pytest.M
     assert watch.overdue() is None
     cb.on_train_end()
     assert steps == [1, 1] and model.train_function() is None and steps == [1, 1, 1]  # its own function back
+    raised = StallWatch()  # a fit that raised: no on_train_end, the wrapper stays on the model
+    raised.set_model(model)
+    raised.on_train_begin()
+    again = StallWatch()
+    again.set_model(model)
+    again.on_train_begin()
+    assert again._inner is raised._inner  # Keras's own function, not the stale wrapper
     plain_model = types.SimpleNamespace(jit_compile=False, train_function=lambda: None)
     plain = StallWatch()
     plain.set_model(plain_model)  # collectives are marked one by one there

@@ -274,6 +274,8 @@ class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
         from ..runtime import stall
 
         inner = getattr(self.model, "train_function", None)
+        # A fit that raised never ran on_train_end: take Keras's own function from under an old wrapper.
+        inner = getattr(inner, "_mldist_inner", inner)
         if inner is None or not stall.active() or getattr(self.model, "jit_compile", False) is not True:
             return
 
@@ -282,6 +284,7 @@ class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
                 self._token = stall.begin(self.STEP)
             return inner(*args, **kwargs)
 
+        marked._mldist_inner = inner  # type: ignore[attr-defined]
         self._inner, self.model.train_function = inner, marked
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
