@@ -7,8 +7,9 @@ the parent, which the tools need too, are in :mod:`mldist.base.procs`.
 
 Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
-    >>> sorted(worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1"))[:3]
-    ['MLDIST_COMMUNICATION', 'MLDIST_LAUNCHER_PID', 'MLDIST_LOCAL_RANK']
+    >>> env = worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1")
+    >>> sorted(k for k in env if k.startswith("MLDIST_"))[:3], env["RANK"]
+    (['MLDIST_COMMUNICATION', 'MLDIST_LAUNCHER_PID', 'MLDIST_LOCAL_RANK'], '1')
 """
 
 from __future__ import annotations
