@@ -186,6 +186,17 @@ def wait_for(what: Callable[[], bool], timeout: float, message: str) -> None:
         time.sleep(0.05)
 
 
+def wait_for_progress(folder: Path, ranks: int, timeout: float) -> None:
+    """Wait until ``ranks`` ranks have published a record with a finished collective in ``folder``."""
+    from mldist.base import progress
+
+    def ready() -> bool:
+        records = progress.read(folder)
+        return len(records) >= ranks and all(r.finished >= 1 for r in records.values())
+
+    wait_for(ready, timeout, f"{ranks} ranks' progress records in {folder}")
+
+
 def start_service(script: Path, needs: str, export: str) -> str:
     """``bash SCRIPT start`` for a test service that needs root; the value its last line exports.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist
+from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist, wait_for_progress
 
 pytestmark = pytest.mark.slow
 
@@ -85,10 +85,7 @@ def test_stacks_and_sigquit_show_every_rank_of_a_running_job_which_then_finishes
     argv = [PY, "-m", "mldist", "run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKERS / "steady.py"), "14"]
     launcher = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
     try:
-        deadline = time.monotonic() + 90
-        while len(list((run_dir / "progress").glob("rank-*.json"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(1.5)  # both ranks in their loop
+        wait_for_progress(run_dir / "progress", 2, 90)  # both ranks in their loop
         shown = check(mldist(["stacks", str(run_dir)]))
         launcher.send_signal(signal.SIGQUIT)
         out, err = launcher.communicate(timeout=120)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import ROOT, mldist
+from helpers import ROOT, mldist, wait_for_progress
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 Submit = Callable[..., str]
@@ -154,10 +153,7 @@ def test_stacks_shows_every_rank_of_a_running_two_node_job(
         "--venv", str(ROOT / ".venv"), "--output-dir", str(out), "--job-name", "steady",
         "--", "python", str(ROOT / "tests" / "workers" / "steady.py"), "16",
     )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while len(list((out / "run" / "progress").glob("rank-*.json"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(1.5)
+    wait_for_progress(out / "run" / "progress", 2, 120)
     shown = mldist(["stacks", job], env=slurm_env)
     status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
     assert shown.returncode == 0, shown.stderr
