@@ -104,9 +104,11 @@ def test_refused_backend_says_so_in_one_line() -> None:
     ]
 
 
-def test_the_coordinator_listens_on_the_chosen_address_only() -> None:
-    """JAX binds its coordinator to [::]:port by default; mldist passes rank 0's own address."""
-    args = ["run", "-n", "2", "--network", "host", "--no-run-dir", "--", PY, str(WORKERS / "jax_listen.py")]
+@pytest.mark.parametrize("joins", ["mldist", "keras"])
+def test_the_coordinator_listens_on_the_chosen_address_only(joins: str) -> None:
+    """JAX binds its coordinator to [::]:port by default; mldist passes rank 0's own address, to
+    jax.distributed itself or, for Keras's initialize(), in JAX_COORDINATOR_BIND_ADDRESS."""
+    args = ["run", "-n", "2", "--network", "host", "--no-run-dir", "--", PY, str(WORKERS / "jax_listen.py"), joins]
     res = check(mldist(args, env=JAX))
     chosen = {line.split()[-1] for line in res.stdout.splitlines() if "CHOSEN" in line}
     # A dual-stack socket shows an IPv4 address as [::ffff:127.0.0.1]:port.

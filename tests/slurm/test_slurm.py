@@ -161,3 +161,26 @@ def test_stacks_shows_every_rank_of_a_running_two_node_job(
         block = shown.stdout.split(f"rank {rank} (")[1]
         assert re.search(r"#\d+ allreduce\(sum\)", block.splitlines()[0]) and "steady.py:" in block, shown.stdout
     assert " COMPLETED " in f" {status} ", mldist(["logs", job], env=slurm_env).stdout[-3000:]
+
+
+def test_the_keras_guide_forms_one_group_under_srun_on_two_nodes(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """Keras's own DataParallel (tests/workers/keras_guide.py) under a plain `srun -N 2`: 2 processes, 2
+    global devices, and both ranks' weights equal one process on the union batch."""
+    guide, py = ROOT / "tests" / "workers" / "keras_guide.py", ROOT / ".venv" / "bin" / "python"
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    out, script = tmp_path / "out.txt", tmp_path / "job.sh"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 -o {out}\nexport KERAS_BACKEND=jax\n"
+        f"srun -N 2 -n 2 {py} {guide} {two}\necho EXIT $?\n"
+    )
+    res = subprocess.run(["sbatch", "--wait", str(script)], env=slurm_env, capture_output=True, text=True, timeout=300)
+    text = out.read_text() if out.exists() else ""
+    assert res.returncode == 0 and "EXIT 0" in text, res.stderr + text[-3000:]
+    rows = [json.loads(line.split("RESULT ", 1)[1]) for line in text.splitlines() if "RESULT " in line]
+    assert [(r["processes"], r["devices"]) for r in rows] == [(2, 2), (2, 2)], text[-3000:]
+    alone = subprocess.run([str(py), str(guide), str(one)], env={**slurm_env, "KERAS_BACKEND": "jax"}, timeout=240)
+    assert alone.returncode == 0
+    w0, w1, ref = (np.load(path) for path in (two / "weights-0.npy", two / "weights-1.npy", one / "weights-0.npy"))
+    assert np.array_equal(w0, w1) and np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5

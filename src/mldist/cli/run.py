@@ -78,6 +78,16 @@ def _add_output_flags(run: Any) -> None:
     where.add_argument("--no-run-dir", action="store_true", help="write no run directory")
     run.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's start-up notices of every rank")
     run.add_argument(
+        "--tf-config",
+        action="store_true",
+        help="give each worker TF_CONFIG, for scripts written for tf.distribute.MultiWorkerMirroredStrategy",
+    )
+    run.add_argument(
+        "--require-group",
+        action="store_true",
+        help="fail the run (exit code 1) when its workers never formed a group; also MLDIST_REQUIRE_GROUP=1",
+    )
+    run.add_argument(
         "--profile-steps",
         type=step_range,
         default=os.environ.get("MLDIST_PROFILE_STEPS") or None,
@@ -224,8 +234,13 @@ def _mpi_args(text: str) -> tuple[str, ...]:
 
 
 def _horovodrun_env(args: argparse.Namespace) -> dict[str, str]:
-    """horovodrun's --timeline-filename and --log-level as the variables the workers read (``RunConfig.env``)."""
+    """--tf-config, --require-group, and horovodrun's --timeline-filename and --log-level, as the variables
+    the workers read (``RunConfig.env``)."""
     env = {}
+    if args.tf_config:
+        env["MLDIST_TF_CONFIG"] = "1"
+    if args.require_group:
+        env["MLDIST_REQUIRE_GROUP"] = "1"
     if args.timeline_filename:
         env["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.log_level:

@@ -99,7 +99,7 @@ def worker_env(
         MLDIST_WORKERS=",".join(workers),
         MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
-    env.update(common.added(base, common.variables(rank, cfg.nprocs, rank, cfg.nprocs)))
+    env.update(common.for_tools(env, rank, cfg.nprocs, rank, cfg.nprocs, workers))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

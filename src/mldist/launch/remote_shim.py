@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ..base import joined
 from ..base.procs import die_with_parent
 from ..placement import common, detect
 from .groups import ERROR_LINE, NOTES, pump
@@ -73,9 +74,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m mldist.launch.remote_shim -- COMMAND...", file=sys.stderr)
         return 2
     die_with_parent()  # mpiexec's daemon gone: go too
+    os.environ.pop(joined.SKIP_ENV, None)  # the worker gets the start-up hook
     me = detect(os.environ)
     rank = me.rank
-    os.environ.update(common.added(os.environ, common.variables(rank, me.size, me.local_rank, me.local_size)))
+    os.environ.update(common.for_tools(os.environ, rank, me.size, me.local_rank, me.local_size, ()))
     notes = tempfile.mkdtemp(prefix="mldist-notes-")
     os.environ[NOTES] = notes
     try:

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from ..base import joined
 from ..base.files import atomic_write
 from ..base.procs import die_with_parent
 from ..placement import common, detect
@@ -56,6 +57,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m mldist.launch.shim RUN_DIR -- COMMAND...", file=sys.stderr)
         return 2
     die_with_parent()  # mpiexec gone (e.g. the launcher was killed): go too
+    os.environ.pop(joined.SKIP_ENV, None)  # the worker gets the start-up hook
     run_dir, command = Path(argv[0]), argv[2:]
     me = detect(os.environ)  # mpiexec's variables
     rank = me.rank
@@ -67,7 +69,8 @@ def main(argv: list[str]) -> int:
         MLDIST_LOCAL_SIZE=str(me.local_size),
         MLDIST_NODE_RANK="0",
     )
-    os.environ.update(common.added(os.environ, common.variables(rank, me.size, me.local_rank, me.local_size)))
+    workers = [w for w in os.environ.get("MLDIST_WORKERS", "").split(",") if w]
+    os.environ.update(common.for_tools(os.environ, rank, me.size, me.local_rank, me.local_size, workers))
     out, err = _outputs(run_dir, rank, os.environ.get("MLDIST_LOG_DIR"))
     try:
         child = subprocess.Popen(

@@ -1,5 +1,13 @@
-"""The process variables many training scripts and libraries read: ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``, for each worker mldist's launchers start.
+"""The process variables other tools read, for each worker mldist's launchers start.
+
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``: many training scripts and
+libraries read them for logging and sharding. Keras's three ``KERAS_DISTRIBUTION_*`` variables:
+``keras.distribution.initialize()`` (JAX backend) forms its group from them, with rank 0's
+address as JAX's coordinator; rank 0 also gets ``JAX_COORDINATOR_BIND_ADDRESS``, so that the
+coordinator listens on that address only (JAX's default is every interface).
+
+``TF_CONFIG`` when asked (``MLDIST_TF_CONFIG=1``: ``mldist run --tf-config``, ``mldist submit
+--tf-config``): scripts written for ``tf.distribute.MultiWorkerMirroredStrategy`` read it.
 
 Never over a value the user set: the launcher says once which ones it kept. ``MASTER_ADDR`` and
 ``MASTER_PORT`` are not set: nothing of mldist's listens there.
@@ -13,14 +21,69 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 
 NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+#: Keras's: job addresses (the first one coordinates), process count, this process's id.
+KERAS = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID")
+JAX_BIND = "JAX_COORDINATOR_BIND_ADDRESS"
 
 
 def variables(rank: int, size: int, local_rank: int, local_size: int) -> dict[str, str]:
     """The four variables of one worker."""
     return dict(zip(NAMES, (str(rank), str(size), str(local_rank), str(local_size)), strict=True))
+
+
+def keras_variables(rank: int, workers: Sequence[str]) -> dict[str, str]:
+    """Keras's three variables of one worker (and JAX's bind address on rank 0); none for one process.
+
+    Args:
+        rank: the worker's rank.
+        workers: ``host:port`` of every rank, in rank order (rank 0's coordinates).
+
+    Example:
+        >>> keras_variables(0, ["n1:2000", "n2:2001"])["KERAS_DISTRIBUTION_JOB_ADDRESSES"]
+        'n1:2000,n2:2001'
+        >>> sorted(keras_variables(1, ["n1:2000", "n2:2001"]).items())[-1]
+        ('KERAS_DISTRIBUTION_PROCESS_ID', '1')
+    """
+    if len(workers) < 2:
+        return {}
+    values = dict(zip(KERAS, (",".join(workers), str(len(workers)), str(rank)), strict=True))
+    return values | ({JAX_BIND: workers[0]} if rank == 0 else {})
+
+
+def tf_config(rank: int, workers: Sequence[str]) -> dict[str, str]:
+    """``TF_CONFIG`` of one worker: every rank a worker, this one at index ``rank``.
+
+    Example:
+        >>> tf_config(1, ["n1:2000", "n2:2001"])["TF_CONFIG"]
+        '{"cluster": {"worker": ["n1:2000", "n2:2001"]}, "task": {"type": "worker", "index": 1}}'
+    """
+    return {"TF_CONFIG": json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": rank}})}
+
+
+def for_tools(
+    env: Mapping[str, str], rank: int, size: int, local_rank: int, local_size: int, workers: Sequence[str]
+) -> dict[str, str]:
+    """Everything of this module one worker gets that ``env`` does not set already.
+
+    Args:
+        env: the worker's environment so far (the user's values win; ``MLDIST_TF_CONFIG=1`` asks for TF_CONFIG).
+        rank, size, local_rank, local_size: the worker's place.
+        workers: ``host:port`` of every rank, or () where unknown (then no Keras variables or TF_CONFIG).
+
+    Example:
+        >>> sorted(for_tools({"MLDIST_TF_CONFIG": "1", "RANK": "5"}, 0, 2, 0, 2, ["h:1", "h:2"]))[-3:]
+        ['LOCAL_WORLD_SIZE', 'TF_CONFIG', 'WORLD_SIZE']
+    """
+    values = variables(rank, size, local_rank, local_size)
+    if len(workers) == size:
+        values |= keras_variables(rank, workers)
+        if env.get("MLDIST_TF_CONFIG") == "1":
+            values |= tf_config(rank, workers)
+    return added(env, values)
 
 
 def added(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
@@ -35,10 +98,31 @@ def kept_note(env: Mapping[str, str]) -> str:
         >>> kept_note({"RANK": "3"})[:41]
         'RANK=3 of this environment stays as it is'
     """
-    kept = [f"{name}={env[name]}" for name in NAMES if name in env]
+    kept = [f"{name}={env[name]}" for name in (*NAMES, *KERAS) if name in env]
     if not kept:
         return ""
     return (
         f"{' and '.join(kept)} of this environment stays as it is for every worker (mldist does not "
         "overwrite it); unset it to get each worker's own, or read MLDIST_RANK and MLDIST_SIZE"
+    )
+
+
+def strategy_note(env: Mapping[str, str], runs_tensorflow: bool) -> str:
+    """The launcher's one line when workers get TF_CONFIG for Keras 3 on TensorFlow ("" otherwise).
+
+    Keras 3's ``fit`` inside ``MultiWorkerMirroredStrategy`` fails with 2+ workers (keras#20585);
+    TF-Keras (``TF_USE_LEGACY_KERAS=1``) works.
+
+    Example:
+        >>> strategy_note({"MLDIST_TF_CONFIG": "1", "TF_USE_LEGACY_KERAS": "1"}, True)
+        ''
+        >>> strategy_note({"MLDIST_TF_CONFIG": "1"}, True)[:60]
+        'TF_CONFIG is set for tf.distribute.MultiWorkerMirroredStrate'
+    """
+    if env.get("MLDIST_TF_CONFIG") != "1" or not runs_tensorflow or env.get("TF_USE_LEGACY_KERAS") == "1":
+        return ""
+    return (
+        "TF_CONFIG is set for tf.distribute.MultiWorkerMirroredStrategy, but Keras 3's fit fails inside it "
+        "with 2+ workers (keras#20585): compile with mldist.keras.DistributedOptimizer and no strategy, "
+        "or use KERAS_BACKEND=jax (TF-Keras scripts: set TF_USE_LEGACY_KERAS=1)"
     )

@@ -24,12 +24,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import CollectiveMismatch
+from ..errors import CollectiveMismatch, ConfigError
 from ..placement import Placement, build_cluster_spec
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import ThreadPlan, choose_gpu
@@ -132,17 +132,21 @@ class JaxEngine(WholeWorld):
         import jax
 
         spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
-        # JAX's coordinator speaks gRPC, which would send it to a site's HTTP proxy.
-        os.environ.update(worker_no_proxy(os.environ, spec.workers))
-        jax.distributed.initialize(
-            coordinator_address=spec.workers[0],
-            num_processes=spec.size,
-            process_id=spec.rank,
-            local_device_ids=self._device_ids,
-            # Rank 0's coordinator listens on the address mldist chose for it, not on every interface
-            # (JAX's default is [::]:port); its gRPC has no authentication.
-            coordinator_bind_address=spec.workers[0] if spec.rank == 0 else None,
-        )
+        if jax.distributed.is_initialized():  # keras.distribution.initialize() came first: that group
+            adopt(jax.process_index(), jax.process_count(), spec.rank, spec.size)
+        else:
+            # JAX's coordinator speaks gRPC, which would send it to a site's HTTP proxy.
+            os.environ.update(worker_no_proxy(os.environ, spec.workers))
+            jax.distributed.initialize(
+                coordinator_address=spec.workers[0],
+                num_processes=spec.size,
+                process_id=spec.rank,
+                local_device_ids=self._device_ids,
+                # Rank 0's coordinator listens on the address mldist chose for it, not on every interface
+                # (JAX's default is [::]:port); its gRPC has no authentication.
+                coordinator_bind_address=spec.workers[0] if spec.rank == 0 else None,
+            )
+            jax.distributed.initialize = joined(jax.distributed.initialize, spec.rank, spec.size)
         set_data_parallel(spec.size)
         self._seed_alike(spec.rank)
         return None, spec.workers
@@ -242,6 +246,54 @@ class JaxEngine(WholeWorld):
     def watch_probe(self, tf: Any) -> tuple[None, Sequence[str]]:
         """No graph counters: the host collectives and StallWatch mark in Python."""
         return None, ()
+
+
+def adopt(index: int, count: int, rank: int, size: int) -> None:
+    """Take the JAX group a script formed before ``mldist.init()`` when it is this world; else raise.
+
+    Example:
+        >>> adopt(1, 2, 1, 2)
+        >>> adopt(0, 1, 1, 2)
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: JAX's group was formed before mldist.init() as process 0 of 1, but this ...
+    """
+    if (index, count) != (rank, size):
+        raise ConfigError(
+            f"JAX's group was formed before mldist.init() as process {index} of {count}, but this worker is "
+            f"rank {rank} of {size}; let mldist.init() form it (call it first), or give "
+            "jax.distributed.initialize() this launcher's world"
+        )
+
+
+def joined(initialize: Callable[..., None], rank: int, size: int) -> Callable[..., None]:
+    """``jax.distributed.initialize`` once mldist formed the group: a call for this world does nothing.
+
+    Scripts written for Keras call ``keras.distribution.initialize()``, which calls JAX's, which
+    allows one call per process. After ``mldist.init()`` that call finds its group formed; one
+    that names another world still fails, with both worlds named.
+
+    Example:
+        >>> again = joined(lambda **kw: None, 1, 2)
+        >>> again(num_processes=2, process_id=1)
+        >>> again(num_processes=4, process_id=1)
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: jax.distributed.initialize(num_processes=4, process_id=1) after mldist.init() ...
+    """
+
+    def initialize_once(*args: Any, **kwargs: Any) -> None:
+        asked = kwargs.get("num_processes", args[1] if len(args) > 1 else None)
+        me = kwargs.get("process_id", args[2] if len(args) > 2 else None)
+        if (asked is not None and int(asked) != size) or (me is not None and int(me) != rank):
+            raise ConfigError(
+                f"jax.distributed.initialize(num_processes={asked}, process_id={me}) after mldist.init() formed "
+                f"the group as rank {rank} of {size}; call it with this launcher's world, or not at all"
+            )
+
+    initialize_once.__wrapped__ = initialize  # type: ignore[attr-defined]
+    initialize_once.__doc__ = initialize.__doc__
+    return initialize_once
 
 
 def set_data_parallel(processes: int) -> None:
