@@ -74,7 +74,8 @@ GROUPS = (
     (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(mpi|ring)\]", "checkpoint-tf"),
     (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[jax\]", "checkpoint-jax"),
     (
-        r"tests/(training/test_runlog\.py::|runtime/test_engine\.py::test_example_reaches_95_percent_with_two_workers\Z)",
+        r"tests/(training/test_runlog\.py::|runtime/test_engine\.py::test_example_reaches_95_percent_with_two_workers\Z"
+        r"|runtime/test_own_api\.py::test_the_readme_example)",
         "digits",
     ),
     # The users of the shared launches of tests/runtime/conftest.py and tests/horovod/conftest.py.

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from ..base import progress
+from ..base import joined, progress
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
 from ..placement.resources import cpu_probe
@@ -119,6 +119,7 @@ class Group(ABC):
         self.progress = Path(cfg.run_dir).resolve() / "progress" if cfg.run_dir else Path(self.notes)
         for stale in self.progress.glob("rank-*.json"):  # an earlier attempt's, in a reused run directory
             stale.unlink(missing_ok=True)
+        joined.clear(self.progress)
 
     @abstractmethod
     def start(self) -> None:
@@ -129,10 +130,12 @@ class Group(ABC):
         return first_failure(rank, code, early)
 
     def launch_env(self) -> dict[str, str]:
-        """What every worker gets from the group: the decided engine, the notes and progress directories."""
+        """What every worker gets from the group: the decided engine, the notes and progress directories,
+        and the start-up hook on ``PYTHONPATH`` (:mod:`mldist.base.joined`)."""
         return {
             NOTES: self.notes,
             progress.FOLDER_ENV: str(self.progress),
+            **joined.with_hook(self.env),
             **({ENGINE: self.engine} if self.engine else {}),
         }
 

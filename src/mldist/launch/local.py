@@ -29,6 +29,7 @@ import signal
 import time
 from collections.abc import Mapping
 
+from ..base import joined
 from ..errors import REQUEUE_CODE, ConfigError
 from ..placement import common, engines
 from ..placement.resources import thread_plan
@@ -95,6 +96,9 @@ def run(cfg: RunConfig) -> int:
             try:
                 group.start()
                 code, failure = _supervise(cfg, group, received)
+                # Asked only of a run that succeeded (a failed one said why already), before the
+                # notes directory goes.
+                never = joined.line(joined.read(group.progress), cfg.nprocs) if code == 0 else ""
             finally:
                 group.finish()
             retry = failure is not None and code != REQUEUE_CODE and not any(s in STOPPING for s in received)
@@ -106,12 +110,24 @@ def run(cfg: RunConfig) -> int:
                     say(f"giving up after {cfg.max_restarts} restart(s); failures: " + "; ".join(failures))
                 break
             say(f"restarting the group ({len(failures)} of {cfg.max_restarts}) after: {failure}")
-        return code
+        return _formed(code, never, env)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
         if record is not None:
             record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received)
+
+
+def _formed(code: int, never: str, env: Mapping[str, str]) -> int:
+    """The run's exit code after saying that its workers never formed a group (``never``: the line, or "").
+    ``MLDIST_REQUIRE_GROUP=1`` makes it an error."""
+    if not never:
+        return code
+    if joined.required(env):
+        say(f"error: {never}; failing the run ({joined.REQUIRE_ENV}=1, --require-group)")
+        return 1
+    say(f"{never}; --require-group makes this an error")
+    return code
 
 
 def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Record | None]:
@@ -129,6 +145,8 @@ def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Re
             say(f"note: {note}")
     if kept := common.kept_note(env):
         say(f"note: {kept}")
+    if cfg.nprocs > 1 and (strategy := common.strategy_note(env, decision.traits.runs_tensorflow)):
+        say(f"note: {strategy}")
     started_by = "mpiexec" if kind is MpiexecGroup else "direct"
     return cfg, env, kind, Record(cfg, started_by, env) if cfg.run_dir else None
 

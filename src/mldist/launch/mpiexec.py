@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ..base import joined
 from ..base.procs import die_with_parent, free_ports
 from ..errors import LaunchError
 from .groups import Group
@@ -73,6 +74,7 @@ def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) ->
     """The environment mpiexec passes to every rank."""
     env = {k: v for k, v in base.items() if k not in _STALE}
     env.update(extra)
+    env[joined.SKIP_ENV] = "1"  # the start-up hook is for the workers, not for the shims that start them
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines, once per rank, bury the output
     if kind == "openmpi":

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
+from ..base import joined
 from ..base.rundir import now_iso, prepare_run_dir, read_reports, write_json
 from ..errors import MldistError
 from ..placement import backend
@@ -230,6 +231,11 @@ class Record:
             "ended": now_iso(),
             **merge_reports(read_reports(self.path), self.cfg.nprocs),
         }
+        notes = joined.read(self.path / "progress")
+        if notes:  # how each rank joined its group (or "alone"), from the workers' start-up hook
+            summary["group"] = {str(rank): how for rank, how in sorted(notes.items())}
+        if code == 0 and (never := joined.line(notes, self.cfg.nprocs)):
+            summary["never_formed"] = never
         if isinstance(error, MldistError):
             summary["error"] = str(error)
         return write_json(self.path / "summary.json", summary)

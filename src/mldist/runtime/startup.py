@@ -1,0 +1,85 @@
+"""What mldist's start-up hook does in each worker (see ``runtime/hook/sitecustomize.py``).
+
+Two things, both for scripts that never call mldist:
+
+- The variables other tools read (:mod:`mldist.placement.common`: ``RANK`` and the rest,
+  Keras's ``KERAS_DISTRIBUTION_*``, ``TF_CONFIG`` when asked), from mldist's placement, where
+  the launcher could not set them per rank (the ranks of a batch job, started by srun,
+  mpiexec, aprun or PALS). Never over a value already set.
+- At exit, a note on whether this worker joined a group, and how (:mod:`mldist.base.joined`):
+  the launcher says one line when the workers never formed one.
+
+Cheap: the placement modules only; nothing imports TensorFlow or JAX here.
+
+Example::
+
+    begin(os.environ)   # the hook does this at start-up
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+
+from ..base import joined, progress
+from ..errors import MldistError
+from ..placement import common
+from ..placement.cluster import build_cluster_spec
+from ..placement.detect import detect
+
+#: The worker's own pid, for the Python processes it starts in turn (they inherit PYTHONPATH).
+_FIRST = "MLDIST_HOOK_PID"
+
+
+def begin(environ: MutableMapping[str, str]) -> None:
+    """In a worker of two or more: fill in the tools' variables, and note at exit how it joined.
+
+    Args:
+        environ: the process's environment (``os.environ``), updated in place.
+    """
+    if environ.get(_FIRST, str(os.getpid())) != str(os.getpid()):
+        return  # a Python the worker started (multiprocessing's spawn, a tool): the worker speaks for itself
+    environ[_FIRST] = str(os.getpid())
+    try:
+        me = detect(environ)
+    except MldistError:
+        return
+    if me.size < 2:
+        return
+    try:
+        workers: tuple[str, ...] = build_cluster_spec(me, environ).workers
+    except MldistError:  # no host list without asking the others: leave Keras's and TF's variables unset
+        workers = ()
+    environ.update(common.for_tools(environ, me.rank, me.size, me.local_rank, me.local_size, workers))
+    where = progress.folder(environ)
+    if where is not None:
+        # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
+        atexit.register(_note, where, me.rank)
+
+
+def how_joined() -> str:
+    """How this process joined a group of two or more: ``mldist.init``, ``jax.distributed``,
+    ``tf.distribute``, or ``alone``. Reads the libraries' state only if they were imported."""
+    context = sys.modules.get("mldist.runtime.context")
+    ctx = getattr(getattr(context, "STATE", None), "ctx", None)
+    if ctx is not None and ctx.size > 1:
+        return "mldist.init"
+    # JAX keeps the address and the count after its own shutdown at exit.
+    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+    if getattr(state, "coordinator_address", None) and (getattr(state, "num_processes", None) or 0) > 1:
+        return "jax.distributed"
+    eager = sys.modules.get("tensorflow.python.eager.context")
+    if eager is not None:
+        tf_context = eager.context_safe()
+        if getattr(tf_context, "_collective_ops_server_def", None) is not None:  # a strategy over a cluster
+            return "tf.distribute"
+    return joined.ALONE
+
+
+def _note(where: Path, rank: int) -> None:
+    with contextlib.suppress(Exception):  # at exit, with the libraries half torn down: never a traceback of ours
+        joined.write(where, rank, how_joined())
