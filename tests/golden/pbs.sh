@@ -54,6 +54,12 @@ export RUN_NOTE='it'"'"'s '"${HOME-}"'; costs $5 & $(id) *'
   -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
   -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
   -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
+# The ranks' start-up hook: Keras's variables per rank, and whether each joined a group.
+mldist_where='from mldist.base.joined import hook_folder; print(hook_folder())'
+if mldist_hook=$(python3 -c "$mldist_where" 2>/dev/null); then
+  export PYTHONPATH="$mldist_hook${PYTHONPATH:+:$PYTHONPATH}"
+fi
+rm -f -- "$MLDIST_RUN_DIR"/progress/group-*
 if [ -n "${mldist_early_usr1:-}" ]; then
   echo "mldist: USR1 came before the workers started: requeueing without starting them"; code=75
 else
@@ -63,6 +69,7 @@ else
   trap 't=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
   code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done
 fi
+if [ "$code" -eq 0 ]; then python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" 8 || code=1; fi
 kill "$watcher" 2>/dev/null
 for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
   if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi

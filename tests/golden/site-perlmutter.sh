@@ -41,10 +41,17 @@ echo "mldist: srun MPI plugin: ${mldist_srun_mpi[0]:-the site default}"
   -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
   -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
   -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
+# The ranks' start-up hook: Keras's variables per rank, and whether each joined a group.
+mldist_where='from mldist.base.joined import hook_folder; print(hook_folder())'
+if mldist_hook=$(python3 -c "$mldist_where" 2>/dev/null); then
+  export PYTHONPATH="$mldist_hook${PYTHONPATH:+:$PYTHONPATH}"
+fi
+rm -f -- "$MLDIST_RUN_DIR"/progress/group-*
 srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 "--cpus-per-task=$MLDIST_CPUS_PER_TASK" --cpu-bind=cores --gpus-per-task=1 ${mldist_srun_mpi[@]+"${mldist_srun_mpi[@]}"} bash -c 'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; l="${OMPI_COMM_WORLD_LOCAL_RANK:-${PALS_LOCAL_RANKID:-${MPI_LOCALRANKID:-${SLURM_LOCALID:-$((r % ${MLDIST_LOCAL_SIZE:-1}))}}}}"; n=$1; shift; w=(); while [ "$n" -gt 0 ]; do a=$1; shift; n=$((n - 1)); a=${a//\{rank\}/"$r"}; a=${a//\{local_rank\}/"$l"}; a=${a//\{job_id\}/"${MLDIST_JOB_ID:-}"}; a=${a//\{job_dir\}/"$MLDIST_JOB_DIR"}; w+=("$a"); done; set -- ${w[@]+"${w[@]}"} "$@"; c=""; trap '"'"'t=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null'"'"' USR1; trap '"'"'t=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null'"'"' TERM; "$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done; if [ "$code" -eq 75 ] && [ -n "${MLDIST_REQUEUE_MARK:-}" ]; then : >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; exit "$code"' mldist-rank 0 python train.py &
 child=$!
 trap 't=1; kill -TERM "$child" 2>/dev/null' TERM INT
 code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done
+if [ "$code" -eq 0 ]; then python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" 8 || code=1; fi
 for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
   if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi
 done

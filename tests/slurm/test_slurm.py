@@ -184,3 +184,23 @@ def test_the_keras_guide_forms_one_group_under_srun_on_two_nodes(slurm_env: dict
     assert alone.returncode == 0
     w0, w1, ref = (np.load(path) for path in (two / "weights-0.npy", two / "weights-1.npy", one / "weights-0.npy"))
     assert np.array_equal(w0, w1) and np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_a_job_whose_ranks_never_join_says_so_and_each_rank_has_its_variables(
+    slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
+) -> None:
+    out = tmp_path / "job"
+    show = "import os, json; print('VARS', os.environ['KERAS_DISTRIBUTION_PROCESS_ID'], os.environ['TF_CONFIG'])"
+    job = _submit(
+        slurm_env,
+        "--scheduler", "slurm", "--nodes", "2", "--tasks-per-node", "1", "--time", "5", "--tf-config",
+        "--venv", str(ROOT / ".venv"), "--output-dir", str(out), "--job-name", "alone", "--", "python", "-c", show,
+    )  # fmt: skip
+    status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
+    batch = mldist(["logs", job], env=slurm_env).stdout
+    assert " COMPLETED " in f" {status} ", batch[-3000:]
+    assert "mldist: the 2 workers never formed a group" in batch, batch[-3000:]
+    for rank in (0, 1):
+        log = mldist(["logs", job, "--rank", str(rank)], env=slurm_env).stdout
+        keras_id, tf_config = log.split("VARS ", 1)[1].splitlines()[0].split(" ", 1)
+        assert keras_id == str(rank) and json.loads(tf_config)["task"] == {"type": "worker", "index": rank}, log

@@ -174,6 +174,12 @@ def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ())
     p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
     p.add_argument("--directive", action="append", dest="directives", help="raw extra directive (repeatable)")
     p.add_argument("--requeue", action="store_true", default=None, help="save and requeue before the limit")
+    p.add_argument(
+        "--tf-config",
+        action="store_true",
+        default=None,
+        help="give each rank TF_CONFIG, for scripts written for tf.distribute.MultiWorkerMirroredStrategy",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
 
 

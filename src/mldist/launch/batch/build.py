@@ -40,6 +40,7 @@ _STR_OPTS: tuple[str, ...] = (
     "queue",
     "job_name",
     "requeue",
+    "tf_config",
     "mem",
     "mem_per_cpu",
     "launcher",

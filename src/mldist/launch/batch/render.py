@@ -164,6 +164,31 @@ def environment_record(s: JobSpec) -> list[str]:
     ]
 
 
+def hook_lines(s: JobSpec) -> list[str]:
+    """The ranks' start-up hook first on ``PYTHONPATH`` (:mod:`mldist.base.joined`): Keras's and the common
+    variables per rank, and a note on whether each rank joined a group. Not in a container, whose mldist
+    may be another one (or none)."""
+    if s.container:
+        return []
+    return [
+        "# The ranks' start-up hook: Keras's variables per rank, and whether each joined a group.",
+        "mldist_where='from mldist.base.joined import hook_folder; print(hook_folder())'",
+        'if mldist_hook=$(python3 -c "$mldist_where" 2>/dev/null); then',
+        '  export PYTHONPATH="$mldist_hook${PYTHONPATH:+:$PYTHONPATH}"',
+        "fi",
+        'rm -f -- "$MLDIST_RUN_DIR"/progress/group-*',
+    ]
+
+
+def formed_lines(s: JobSpec) -> list[str]:
+    """After a step that succeeded: say so when its ranks never formed a group (an error with
+    ``MLDIST_REQUIRE_GROUP=1``)."""
+    if s.container:
+        return []
+    check = f'python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" {s.total_tasks} || code=1'
+    return [f'if [ "$code" -eq 0 ]; then {check}; fi']
+
+
 def launch_step(s: JobSpec) -> list[str]:
     """Start the ranks in the background and wait for them, relaying TERM/INT (and USR1 with requeue).
 
@@ -239,6 +264,8 @@ def render(s: JobSpec) -> str:
     # After the image pull, which needs the proxies a profile unsets for the ranks' gRPC.
     lines += ["unset " + " ".join(s.unset)] if s.unset else []
     lines += environment_record(s)
+    lines += hook_lines(s)
     lines += launch_step(s)
+    lines += formed_lines(s)
     lines += ['kill "$watcher" 2>/dev/null'] if timer else []
     return "\n".join(lines + requeue_tail(s, sched))

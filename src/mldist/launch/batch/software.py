@@ -76,6 +76,8 @@ def network_lines(s: JobSpec) -> list[str]:
 def env_lines(s: JobSpec) -> list[str]:
     """``export`` of the ``--env`` values; ``$NAME`` in a value expands here, once (a note if it is unset)."""
     lines = [*network_lines(s)]
+    if s.tf_config:
+        lines.append("export MLDIST_TF_CONFIG=1  # each rank's TF_CONFIG (mldist's start-up hook writes it)")
     for key, value in s.env:
         for name in references(value):
             lines.append(

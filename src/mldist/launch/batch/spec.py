@@ -89,6 +89,8 @@ class JobSpec:
         modules, venv, conda, container, env, unset: the software environment.
         binds: extra directories bound into the container.
         requeue: signal before the time limit and requeue on exit code 75.
+        tf_config: give each rank ``TF_CONFIG`` (``MLDIST_TF_CONFIG=1``; the ranks' start-up hook
+            writes it), for scripts written for ``tf.distribute.MultiWorkerMirroredStrategy``.
         grace: seconds between that signal and the time limit.
         hyperthreads: hardware threads used per core (aprun ``-j``); threads per rank count them.
         launcher: srun, aprun, pals, openmpi or hydra (default: the scheduler's).
@@ -135,6 +137,7 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     unset: tuple[str, ...] = ()
     requeue: bool = False
+    tf_config: bool = False
     grace: int = 90
     hyperthreads: int = 1
     launcher: str | None = None
