@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, start_service, stop_service, tail
@@ -138,3 +139,11 @@ def test_a_stuck_rank_on_another_host_is_named_with_its_line(hosts_env: dict[str
     assert res.returncode != 0, tail(res)
     line = next((x for x in res.stderr.splitlines() if "rank 1 has not reached collective #" in x), "")
     assert "late.py:" in line and "time.sleep(600)" in line, tail(res)
+
+
+def test_the_keras_guide_forms_one_group_across_hosts(hosts_env: dict[str, str], tmp_path: Path) -> None:
+    """keras.distribution.initialize() alone on hx1 and hx2: rank 0's host and a port from mldist."""
+    args = ["run", "-H", "hx1:1,hx2:1", "--no-run-dir", "--", PY, str(WORKERS / "keras_guide.py"), str(tmp_path)]
+    res = check(mldist(args, env={**hosts_env, "KERAS_BACKEND": "jax"}, timeout=240))
+    assert [(r["processes"], r["devices"]) for r in results(res.stdout)] == [(2, 2), (2, 2)], tail(res)
+    assert np.array_equal(np.load(tmp_path / "weights-0.npy"), np.load(tmp_path / "weights-1.npy"))

@@ -179,3 +179,27 @@ def test_srun_with_its_pmi2_plugin_is_slurm_and_hydra_over_srun_is_not() -> None
     # Hydra's proxy started by srun (one per node) runs 4 ranks: the PMI rank is Hydra's.
     hydra = detect({**slurm, "SLURM_PROCID": "1", "SLURM_LOCALID": "0", "PMI_RANK": "5", "PMI_SIZE": "8"})
     assert (hydra.launcher, hydra.rank, hydra.size) == ("mpich", 5, 8)
+
+
+@pytest.mark.parametrize("path", _LAYOUTS, ids=lambda p: p.stem)
+def test_the_start_up_hook_gives_keras_one_coordinator_and_each_rank_its_id(path: Path, tmp_path: Path) -> None:
+    """What a batch job's ranks get from mldist's start-up hook, under every captured launcher: the
+    same coordinator on every rank, its own process id, and (asked) TF_CONFIG naming it."""
+    from mldist.runtime.startup import fill
+
+    data = json.loads(path.read_text())
+    seen = []
+    for task in data["tasks"]:
+        env = {**task["env"], "MLDIST_TF_CONFIG": "1"}
+        for fname, content in data.get("files", {}).items():
+            (tmp_path / Path(fname).name).write_text(content)
+            env = {k: (str(tmp_path / Path(fname).name) if v == fname else v) for k, v in env.items()}
+        rank = fill(env)
+        if "KERAS_DISTRIBUTION_JOB_ADDRESSES" not in env:  # mpiexec without hosts: only asking would tell
+            assert rank is None or data["launcher"] in ("openmpi", "mpich"), data["source"]
+            continue
+        assert env["KERAS_DISTRIBUTION_PROCESS_ID"] == str(rank) == env["RANK"]
+        if "TF_CONFIG" in env:  # needs every rank's host: not where the launcher gives no layout (PALS)
+            assert json.loads(env["TF_CONFIG"])["task"]["index"] == rank
+        seen.append((env["KERAS_DISTRIBUTION_JOB_ADDRESSES"], env["KERAS_DISTRIBUTION_NUM_PROCESSES"]))
+    assert len(set(seen)) <= 1, seen

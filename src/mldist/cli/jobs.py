@@ -130,16 +130,7 @@ def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ())
     p = _Skipping(parser, skip)
     p.add_argument("--scheduler", choices=list(SCHEDULERS), help="default: the site's, else detected")
     p.add_argument("--site", help="a site profile (built-in, ~/.config/mldist/sites.toml, ./mldist-sites.toml)")
-    for flag, kind, text in (
-        ("--nodes", count(1), "nodes (default 1)"),
-        ("--tasks-per-node", count(1, 1024), "tasks per node (default: one per GPU, else 1)"),
-        ("--gpus-per-node", count(0, 64), "GPUs per node"),
-        ("--cpus-per-task", count(1, 4096), "CPUs per task (threads per rank)"),
-        ("--hyperthreads", count(1, 8), "hardware threads used per core (aprun -j; default: the site's, else 1)"),
-        ("--cores-per-node", count(1, 100_000), "physical cores per node (default: the site's, else measured)"),
-        ("--grace", count(0, MAX_SECONDS), GRACE_HELP),
-    ):
-        p.add_argument(flag, type=kind, help=text)
+    _add_sizes(p)
     for flag, text in (
         ("--mem", "memory per node, e.g. 64G"),
         ("--mem-per-cpu", "memory per CPU (Slurm), e.g. 4G"),
@@ -173,14 +164,26 @@ def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ())
     _add_container_options(p)
     p.add_argument("--env", action="append", type=_env_pair, help="KEY=VALUE for every task (repeatable)")
     p.add_argument("--directive", action="append", dest="directives", help="raw extra directive (repeatable)")
-    p.add_argument("--requeue", action="store_true", default=None, help="save and requeue before the limit")
-    p.add_argument(
-        "--tf-config",
-        action="store_true",
-        default=None,
-        help="give each rank TF_CONFIG, for scripts written for tf.distribute.MultiWorkerMirroredStrategy",
-    )
+    for flag, text in (
+        ("--requeue", "save and requeue before the limit"),
+        ("--tf-config", "give each rank TF_CONFIG, for scripts written for tf.distribute.MultiWorkerMirroredStrategy"),
+    ):
+        p.add_argument(flag, action="store_true", default=None, help=text)
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+
+
+def _add_sizes(p: _Skipping) -> None:
+    """The job's numbers: nodes, tasks, GPUs, CPUs, threads, cores and the grace period."""
+    for flag, kind, text in (
+        ("--nodes", count(1), "nodes (default 1)"),
+        ("--tasks-per-node", count(1, 1024), "tasks per node (default: one per GPU, else 1)"),
+        ("--gpus-per-node", count(0, 64), "GPUs per node"),
+        ("--cpus-per-task", count(1, 4096), "CPUs per task (threads per rank)"),
+        ("--hyperthreads", count(1, 8), "hardware threads used per core (aprun -j; default: the site's, else 1)"),
+        ("--cores-per-node", count(1, 100_000), "physical cores per node (default: the site's, else measured)"),
+        ("--grace", count(0, MAX_SECONDS), GRACE_HELP),
+    ):
+        p.add_argument(flag, type=kind, help=text)
 
 
 def _add_container_options(p: _Skipping) -> None:

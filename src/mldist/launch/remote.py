@@ -30,6 +30,7 @@ from typing import IO
 
 from ..base.procs import die_with_parent
 from ..errors import LaunchError
+from ..placement.cluster import assign_ports, port_base
 from .groups import Group
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import run_env, say
@@ -184,6 +185,9 @@ class RemoteGroup(Group):
             **run_env(cfg, self.run_id, self.restart),
             "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
             **({"MLDIST_ENGINE": self.engine} if self.engine else {}),
+            # For Keras's initialize() (placement.common): rank 0 is on the first host (mpiexec fills its
+            # slots first); its port, from this start's id as batch jobs take theirs from the job's.
+            "MLDIST_COORDINATOR": f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",
         }
         env = remote_env(self.env, extra, self.interface())
         names = forwarded(env, extra, cfg.env)

@@ -28,6 +28,8 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 #: Keras's: job addresses (the first one coordinates), process count, this process's id.
 KERAS = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID")
 JAX_BIND = "JAX_COORDINATOR_BIND_ADDRESS"
+#: Rank 0's ``host:port`` where the launcher knows no other rank's (``mldist run -H``).
+COORDINATOR = "MLDIST_COORDINATOR"
 
 
 def variables(rank: int, size: int, local_rank: int, local_size: int) -> dict[str, str]:
@@ -65,24 +67,37 @@ def tf_config(rank: int, workers: Sequence[str]) -> dict[str, str]:
 
 
 def for_tools(
-    env: Mapping[str, str], rank: int, size: int, local_rank: int, local_size: int, workers: Sequence[str]
+    env: Mapping[str, str],
+    rank: int,
+    size: int,
+    local_rank: int,
+    local_size: int,
+    workers: Sequence[str],
+    coordinator: str = "",
 ) -> dict[str, str]:
     """Everything of this module one worker gets that ``env`` does not set already.
 
     Args:
         env: the worker's environment so far (the user's values win; ``MLDIST_TF_CONFIG=1`` asks for TF_CONFIG).
         rank, size, local_rank, local_size: the worker's place.
-        workers: ``host:port`` of every rank, or () where unknown (then no Keras variables or TF_CONFIG).
+        workers: ``host:port`` of every rank, or () where unknown (then no TF_CONFIG).
+        coordinator: rank 0's ``host:port`` where ``workers`` is unknown: enough for Keras's variables.
 
     Example:
         >>> sorted(for_tools({"MLDIST_TF_CONFIG": "1", "RANK": "5"}, 0, 2, 0, 2, ["h:1", "h:2"]))[-3:]
         ['LOCAL_WORLD_SIZE', 'TF_CONFIG', 'WORLD_SIZE']
+        >>> for_tools({}, 1, 2, 0, 1, (), "n1:2000")["KERAS_DISTRIBUTION_JOB_ADDRESSES"]
+        'n1:2000'
+
     """
     values = variables(rank, size, local_rank, local_size)
     if len(workers) == size:
         values |= keras_variables(rank, workers)
         if env.get("MLDIST_TF_CONFIG") == "1":
             values |= tf_config(rank, workers)
+    elif size > 1 and coordinator:
+        values |= dict(zip(KERAS, (coordinator, str(size), str(rank)), strict=True))
+        values |= {JAX_BIND: coordinator} if rank == 0 else {}
     return added(env, values)
 
 

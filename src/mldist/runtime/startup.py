@@ -28,7 +28,7 @@ from pathlib import Path
 from ..base import joined, progress
 from ..errors import MldistError
 from ..placement import common
-from ..placement.cluster import build_cluster_spec
+from ..placement.cluster import assign_ports, build_cluster_spec, port_base
 from ..placement.detect import detect
 
 #: The worker's own pid, for the Python processes it starts in turn (they inherit PYTHONPATH).
@@ -44,21 +44,40 @@ def begin(environ: MutableMapping[str, str]) -> None:
     if environ.get(_FIRST, str(os.getpid())) != str(os.getpid()):
         return  # a Python the worker started (multiprocessing's spawn, a tool): the worker speaks for itself
     environ[_FIRST] = str(os.getpid())
+    rank = fill(environ)
+    where = progress.folder(environ)
+    if rank is not None and where is not None:
+        # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
+        atexit.register(_note, where, rank)
+
+
+def fill(environ: MutableMapping[str, str]) -> int | None:
+    """Set the tools' variables this worker lacks, from mldist's placement; its rank, or None outside
+    a group of two or more (then nothing is set).
+
+    ``TF_CONFIG`` needs every rank's address, Keras's variables rank 0's: where only asking the
+    other ranks would give them (mpiexec without a host list), they stay unset.
+
+    Example:
+        >>> env = {"MLDIST_RANK": "1", "MLDIST_SIZE": "2", "MLDIST_WORKERS": "h:1,h:2"}
+        >>> fill(env), env["KERAS_DISTRIBUTION_PROCESS_ID"], env["WORLD_SIZE"]
+        (1, '1', '2')
+    """
     try:
         me = detect(environ)
     except MldistError:
-        return
+        return None
     if me.size < 2:
-        return
+        return None
+    workers: tuple[str, ...] = ()
+    coordinator = ""
     try:
-        workers: tuple[str, ...] = build_cluster_spec(me, environ).workers
-    except MldistError:  # no host list without asking the others: leave Keras's and TF's variables unset
-        workers = ()
-    environ.update(common.for_tools(environ, me.rank, me.size, me.local_rank, me.local_size, workers))
-    where = progress.folder(environ)
-    if where is not None:
-        # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
-        atexit.register(_note, where, me.rank)
+        workers = build_cluster_spec(me, environ).workers
+    except MldistError:  # hosts but no rank layout (PALS): rank 0 is on the first node, where its port is
+        if me.hosts:
+            coordinator = f"{me.hosts[0]}:{assign_ports(me.job_key, me.size, port_base(environ))[0]}"
+    environ.update(common.for_tools(environ, me.rank, me.size, me.local_rank, me.local_size, workers, coordinator))
+    return me.rank
 
 
 def how_joined() -> str:

@@ -61,6 +61,7 @@ ENV_PYTHON_CALLS = [
     ["-m", "pip", "freeze"],
     ["-m", "mldist", "env", "--json", "--no-tensorflow"],
 ]
+HOOK_CALL = ["-c", "from mldist.base.joined import hook_folder; print(hook_folder())"]
 
 
 # -- stand-ins and running scripts ------------------------------------------------------------------
@@ -430,7 +431,11 @@ def check_job_ran(job: Job, launch: list[str], container: list[str], command: tu
     for heading in ("## modules", "## python", "## pip freeze", "## mldist env"):
         assert heading in lines
     probe = ["-c", "import mldist"]  # does the container have mldist? (only with a container)
-    assert [a for a in job.argvs("python3") if a != probe] == ENV_PYTHON_CALLS
+    calls = [a for a in job.argvs("python3") if a != probe]
+    assert calls[: len(ENV_PYTHON_CALLS)] == ENV_PYTHON_CALLS
+    # Not in a container: where the ranks' start-up hook is, then (the step succeeded) the never-formed check.
+    after = [] if container else [HOOK_CALL, ["-m", "mldist.launch.batch.formed", str(s.total_tasks)]]
+    assert [a if a[0] == "-c" else [*a[:2], a[-1]] for a in calls[len(ENV_PYTHON_CALLS) :]] == after
     # The environment record asks the tasks' python: inside the container when there is one.
     if container:
         prefix = container[1:]  # apptainer's own argv: exec, options, image
