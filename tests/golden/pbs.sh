@@ -69,7 +69,7 @@ else
   trap 't=1; echo "mldist: USR1: asking the workers to save and exit"; kill -USR1 "$child"' USR1
   code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done
 fi
-if [ "$code" -eq 0 ]; then python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" 8 || code=1; fi
+if [ "$code" -eq 0 ] && [ -n "${mldist_hook:-}" ]; then python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" 8 || code=1; fi
 kill "$watcher" 2>/dev/null
 for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
   if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi

@@ -46,7 +46,7 @@ mpiexec -n 2 --ppn 1 --depth "$MLDIST_CPUS_PER_TASK" --cpu-bind depth bash -c 'r
 child=$!
 trap 't=1; kill -TERM "$child" 2>/dev/null' TERM INT
 code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$child"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done
-if [ "$code" -eq 0 ]; then python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" 2 || code=1; fi
+if [ "$code" -eq 0 ] && [ -n "${mldist_hook:-}" ]; then python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" 2 || code=1; fi
 for mark in "$MLDIST_REQUEUE_MARK".rank-*; do
   if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code=75; fi
 done

@@ -181,12 +181,13 @@ def hook_lines(s: JobSpec) -> list[str]:
 
 
 def formed_lines(s: JobSpec) -> list[str]:
-    """After a step that succeeded: say so when its ranks never formed a group (an error with
-    ``MLDIST_REQUIRE_GROUP=1``)."""
+    """After a step that succeeded, where the job's python3 has mldist: say so when its ranks never
+    formed a group (an error with ``MLDIST_REQUIRE_GROUP=1``)."""
     if s.container:
         return []
     check = f'python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" {s.total_tasks} || code=1'
-    return [f'if [ "$code" -eq 0 ]; then {check}; fi']
+    # Only where the job's python3 has mldist (it found the hook): the ranks may run another one.
+    return [f'if [ "$code" -eq 0 ] && [ -n "${{mldist_hook:-}}" ]; then {check}; fi']
 
 
 def launch_step(s: JobSpec) -> list[str]:
