@@ -1,6 +1,6 @@
 """Run a Horovod script unchanged: ``import horovod...`` resolves to ``mldist.horovod...``.
 
-Usage: ``python -m mldist.horovod.alias SCRIPT [ARGS...]`` (under ``mldist run``,
+Usage: ``python -m mldist.horovod.alias SCRIPT [ARGS...]`` or ``-m MODULE [ARGS...]`` (under ``mldist run``,
 ``mpiexec`` or ``srun`` as usual), or call :func:`install` before the script's
 imports. Only the TensorFlow and Keras parts of Horovod exist here:
 ``horovod.torch`` and friends fail with one line.
@@ -80,10 +80,22 @@ def install() -> None:
 
 
 def main(argv: list[str]) -> None:
-    """Run ``argv[0]`` as ``__main__`` with the alias installed and ``sys.argv`` = ``argv``."""
-    if not argv:
-        raise SystemExit("usage: python -m mldist.horovod.alias SCRIPT [ARGS...]")
+    """Run ``argv[0]`` (or, after ``-m``, a module such as pytest) as ``__main__`` with the alias installed.
+
+    Example::
+
+        main(["train.py", "--epochs", "2"])
+        main(["-m", "pytest", "test_tensorflow.py"])   # Horovod's own tests against mldist.horovod
+    """
+    if not argv or (argv[0] == "-m" and len(argv) < 2):
+        raise SystemExit("usage: python -m mldist.horovod.alias SCRIPT [ARGS...] | -m MODULE [ARGS...]")
     install()
+    if argv[0] == "-m":
+        # As `python -m MODULE` does: the current directory first; argv[0] becomes the module's path.
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
     sys.argv = list(argv)
     # As `python SCRIPT` does: the script's own directory first, so its sibling modules import.
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))

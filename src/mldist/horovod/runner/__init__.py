@@ -2,7 +2,7 @@
 
 The function and its arguments travel pickled (cloudpickle when installed, so lambdas and
 local functions work) in a private temporary directory; ``mldist run``'s launcher starts the
-workers (this module's ``__main__``), each calls the function and leaves its pickled result
+workers (this package's ``__main__``), each calls the function and leaves its pickled result
 there. A failing worker fails the call with mldist's one line naming the rank.
 
 Example::
@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, LaunchError, UnsupportedError
-from .pickled import pickler
+from ...errors import ConfigError, LaunchError, UnsupportedError
+from ..pickled import pickler
 
 _TASK, _RESULT = "task.pkl", "result-{rank}.pkl"
 
@@ -48,8 +48,8 @@ def run(
     ``hosts`` may only name this host (``localhost:N``); ``min_np``/``max_np`` (elastic) are refused.
     Other horovodrun settings (ssh, start timeout, output file, ...) are accepted and have no effect.
     """
-    from ..launch.local import RunConfig
-    from ..launch.local import run as launch
+    from ...launch.local import RunConfig
+    from ...launch.local import run as launch
 
     if min_np is not None or max_np is not None:
         raise UnsupportedError("horovod.run(min_np=, max_np=): elastic worlds are not provided; give np=")
@@ -60,7 +60,7 @@ def run(
     engine = "ring" if use_gloo else "mpi" if use_mpi else "auto"
     with tempfile.TemporaryDirectory(prefix="mldist-horovod-run-") as tmp:
         (Path(tmp) / _TASK).write_bytes(pickler().dumps((func, tuple(args), dict(kwargs or {}))))
-        from .alias import installed
+        from ..alias import installed
 
         # A caller that imports horovod through the alias has functions that do too.
         command = (sys.executable, "-m", __name__, tmp, *(["--alias"] if installed() else []))
@@ -75,14 +75,10 @@ def _worker(directory: str, alias: bool) -> None:
     import os
 
     if alias:
-        from .alias import install
+        from ..alias import install
 
         install()
     func, args, kwargs = pickle.loads((Path(directory) / _TASK).read_bytes())
     result = func(*args, **kwargs)
     rank = int(os.environ.get("MLDIST_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
     (Path(directory) / _RESULT.format(rank=rank)).write_bytes(pickler().dumps(result))
-
-
-if __name__ == "__main__":
-    _worker(sys.argv[1], "--alias" in sys.argv[2:])
