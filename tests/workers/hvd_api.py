@@ -172,7 +172,7 @@ def gradients_and_sparse(tf: Any) -> None:
     same("allreduce-gradient", tape.gradient(y, x).numpy(), np.full([2], n * (r + 1), np.float32))
     with tf.GradientTape() as tape:
         z = tf.reduce_sum(hvd.allgather(x[None] * (r + 1)))
-    same("allgather-gradient", tape.gradient(z, x).numpy(), np.full([2], n * (r + 1), np.float32))
+    same("allgather-gradient", tape.gradient(z, x).numpy(), np.full([2], r + 1, np.float32))  # averaged
     sl = tf.IndexedSlices(tf.fill([1, 2], float(r + 1)), tf.constant([r]), tf.constant([n, 2]))
     out = hvd.allreduce(sl)
     same("sparse-average-values", out.values.numpy(), np.array([[k + 1] * 2 for k in range(n)], np.float32) / n)

@@ -90,11 +90,14 @@ def gradient(collective: Callable[[Any], Any]) -> Any:
 
 
 twos, ones = np.full([2, 2], 2.0, np.float32), np.ones([2, 2], np.float32)
-check("grad_allgather", gradient(hvd.allgather), twos)  # every rank's sum reads this rank's rows
-check("grad_grouped_allgather", gradient(lambda v: hvd.grouped_allgather([v])[0]), twos)
-check("grad_broadcast", gradient(lambda v: hvd.broadcast(v, 0)), twos if r == 0 else ones * 0)
-check("grad_reducescatter", gradient(lambda v: hvd.reducescatter(v, op=hvd.Sum)), ones)
-check("grad_grouped_reducescatter", gradient(lambda v: hvd.grouped_reducescatter([v], op=hvd.Sum)[0]), ones)
+# Horovod's gradients: allgather's and broadcast's average the ranks' gradients (this rank's rows; the
+# root's), reducescatter's gathers them, times the size for Sum.
+check("grad_allgather", gradient(hvd.allgather), ones)
+check("grad_grouped_allgather", gradient(lambda v: hvd.grouped_allgather([v])[0]), ones)
+check("grad_broadcast", gradient(lambda v: hvd.broadcast(v, 0)), ones if r == 0 else ones * 0)
+check("grad_reducescatter", gradient(lambda v: hvd.reducescatter(v, op=hvd.Sum)), twos)
+check("grad_grouped_reducescatter", gradient(lambda v: hvd.grouped_reducescatter([v], op=hvd.Sum)[0]), twos)
+check("grad_reducescatter_average", gradient(lambda v: hvd.reducescatter(v, op=hvd.Average)), ones)
 check("grad_grouped_allreduce", gradient(lambda v: hvd.grouped_allreduce([v])[0]), ones)
 # Adasum of [1, 0, 2] and [0, 1, 2]: a.b = 4, |a|^2 = |b|^2 = 5, so 0.6 a + 0.6 b.
 mine = tf.constant([1.0, 0.0, 2.0] if r == 0 else [0.0, 1.0, 2.0])

@@ -233,11 +233,11 @@ def allgather(tensor: Any, name: str | None = None, ignore_name_scope: bool = Fa
     if not (t.dtype.is_floating or t.dtype.is_complex):
         return gathered
 
-    def grad(dy: Any) -> Any:
+    def grad(dy: Any) -> Any:  # Horovod's: this rank's rows of the average of every rank's gradient
         rows = runtime.allgather(tf.shape(t)[:1])
         start = tf.reduce_sum(rows[: basics.set_rank()])
-        summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
-        return summed[start : start + tf.shape(t)[0]]
+        averaged = reduce_dense([dy], Average, 1.0, 1.0, Compression.none)[0]
+        return averaged[start : start + tf.shape(t)[0]]
 
     return _with_gradient(t, gathered, grad)
 
@@ -268,9 +268,9 @@ def broadcast(
     if not (t.dtype.is_floating or t.dtype.is_complex):
         return received
 
-    def grad(dy: Any) -> Any:
-        summed = reduce_dense([dy], Sum, 1.0, 1.0, Compression.none)[0]
-        return summed if basics.rank() == root_rank else tf.zeros_like(summed)
+    def grad(dy: Any) -> Any:  # Horovod's: the average of every rank's gradient, on the root only
+        averaged = reduce_dense([dy], Average, 1.0, 1.0, Compression.none)[0]
+        return averaged if basics.rank() == root_rank else tf.zeros_like(averaged)
 
     return _with_gradient(t, received, grad)
 

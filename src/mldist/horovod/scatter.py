@@ -15,7 +15,7 @@ from ..runtime.failures import invalid_argument
 from . import basics
 from .basics import Average, Sum, check_process_set, honours_process_set
 from .compression import Compression
-from .ops import _average, _scale, _tf, _with_gradient, allgather, reduce_dense
+from .ops import _scale, _tf, _with_gradient, allgather, reduce_dense
 
 
 def _even_splits(rows: Any, n: int) -> Any:
@@ -98,9 +98,11 @@ def reducescatter(
     if not (t.dtype.is_floating or t.dtype.is_complex):
         return mine
 
-    def grad(dy: Any) -> Any:  # every rank's share came from every rank's tensor
+    def grad(dy: Any) -> Any:
+        # Horovod's: every rank's share came from every rank's tensor; the gradients are gathered, and
+        # with Sum scaled by the set's size (its tests expect size x ones for Sum, ones for Average).
         whole = _scale(allgather(dy), prescale_factor * postscale_factor)
-        return _average(whole, n) if op == Average else whole
+        return _scale(whole, float(n)) if op == Sum else whole
 
     return _with_gradient(t, mine, grad)
 
