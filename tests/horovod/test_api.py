@@ -106,7 +106,7 @@ def test_horovods_own_test_cases_hold_on_ring() -> None:
 
 def _conformance(rows: list[dict[str, Any]]) -> None:
     assert len(rows) == 2 and rows[0]["checks"] == rows[1]["checks"]
-    assert len(rows[0]["checks"]) == 28, rows[0]["checks"]
+    assert len(rows[0]["checks"]) == 29, rows[0]["checks"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])

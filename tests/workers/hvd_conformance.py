@@ -59,10 +59,11 @@ check("postscale_int_in_fp64", ints, [7, -7])
     postscale_factor=0.5,
 )  # fmt: skip
 check("grouped_reducescatter_scaled", share, [1.0, 1.0])
-received, splits = hvd.alltoall(tf.constant([1, 2, 3, 4], tf.uint8))
+received = hvd.alltoall(tf.constant([1, 2, 3, 4], tf.uint8))  # no splits: the rows alone, as Horovod's
 check("alltoall_uint8", received, np.array([1, 2, 1, 2] if r == 0 else [3, 4, 3, 4], np.uint8))
+_, splits = hvd.alltoall(tf.constant([1, 2, 3, 4], tf.uint8), splits=tf.constant([2, 2]))
 check("alltoall_uint8_splits", splits, [2, 2])
-check("alltoall_empty", hvd.alltoall(tf.zeros([0, 2]))[0].shape, [0, 2])
+check("alltoall_empty", hvd.alltoall(tf.zeros([0, 2])).shape, [0, 2])
 check("alltoall_equal_splits", hvd.alltoall(tf.constant([1, 2], tf.int64), splits=tf.constant([1, 1]))[0], [r + 1] * 2)
 raises("alltoall_uneven", lambda: hvd.alltoall(tf.ones([3])), tf.errors.InvalidArgumentError)
 raises(
@@ -98,6 +99,8 @@ check("grad_broadcast", gradient(lambda v: hvd.broadcast(v, 0)), ones if r == 0 
 check("grad_reducescatter", gradient(lambda v: hvd.reducescatter(v, op=hvd.Sum)), twos)
 check("grad_grouped_reducescatter", gradient(lambda v: hvd.grouped_reducescatter([v], op=hvd.Sum)[0]), twos)
 check("grad_reducescatter_average", gradient(lambda v: hvd.reducescatter(v, op=hvd.Average)), ones)
+# alltoall's gradient goes back where each row came from: with [1, 2] sent to [0, 1], ones come back.
+check("grad_alltoall", gradient(lambda v: hvd.alltoall(v[:, 0]) * (r + 1)), [[1.0 + 0.0, 0.0], [2.0, 0.0]])
 check("grad_grouped_allreduce", gradient(lambda v: hvd.grouped_allreduce([v])[0]), ones)
 # Adasum of [1, 0, 2] and [0, 1, 2]: a.b = 4, |a|^2 = |b|^2 = 5, so 0.6 a + 0.6 b.
 mine = tf.constant([1.0, 0.0, 2.0] if r == 0 else [0.0, 1.0, 2.0])

@@ -55,17 +55,33 @@ def broadcast_variables(variables: Any, root_rank: int, process_set: Any = None,
 
 
 def broadcast_(variables: Any, root_rank: int, name: str | None = None, process_set: Any = None) -> Any:
-    """In-place broadcast (Horovod's ``broadcast_``): the variables, now holding root's values."""
-    broadcast_variables(variables, root_rank, process_set)
-    return variables
+    """In-place broadcast (Horovod's ``broadcast_``): the variables, now holding root's values.
+
+    In a TF1 graph nothing runs until evaluated: there the result is one tensor per variable whose
+    evaluation broadcasts, then reads the variable (as Horovod's op output shares its buffer).
+    """
+    import tensorflow as tf
+
+    variables = list(variables)
+    done = broadcast_variables(variables, root_rank, process_set)
+    if tf.executing_eagerly():
+        return variables
+    with tf.control_dependencies([done]):
+        return [tf.identity(v) for v in variables]
 
 
-def broadcast_global_variables(root_rank: int) -> None:
-    """Refused: TensorFlow 1 graph collections; name the variables instead."""
-    raise UnsupportedError(
-        "hvd.broadcast_global_variables() needs TensorFlow 1 graph collections; "
-        "use hvd.broadcast_variables(model.variables, root_rank) (and the optimizer's variables)"
-    )
+def broadcast_global_variables(root_rank: int) -> Any:
+    """In a TF1 graph: the op that broadcasts every global variable from ``root_rank``. Eagerly there
+    is no such collection: refused (a ``RuntimeError``, as Horovod's), naming what to call instead."""
+    import tensorflow as tf
+
+    if tf.executing_eagerly():
+        raise UnsupportedError(
+            "hvd.broadcast_global_variables() needs TensorFlow 1 graph collections; "
+            "use hvd.broadcast_variables(model.variables, root_rank) (and the optimizer's variables)"
+        )
+    variables = tf.compat.v1.global_variables()
+    return broadcast_variables(variables, root_rank) if variables else tf.group()
 
 
 @honours_process_set

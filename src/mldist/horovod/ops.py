@@ -201,6 +201,8 @@ def grouped_allreduce(
     check_process_set(process_set)
     op = resolve_op(op, average)
     tf = _tf()
+    if op not in (Average, Sum) and any(isinstance(t, tf.IndexedSlices) for t in tensors):  # before any reduce
+        raise UnsupportedError("IndexedSlices take op=hvd.Average or hvd.Sum; pass sparse_as_dense=True for others")
     dense = [tf.convert_to_tensor(t) for t in tensors if not isinstance(t, tf.IndexedSlices)]
     reduced = iter(reduce_dense(dense, op, prescale_factor, postscale_factor, compression) if dense else [])
     out = []
@@ -209,6 +211,8 @@ def grouped_allreduce(
             out.append(_sparse(t, op, prescale_factor, postscale_factor))
             continue
         x, y = tf.convert_to_tensor(t), next(reduced)
+        if y.dtype != x.dtype:  # Horovod's grouped Average scales in its op: integers stay integers
+            y = tf.cast(y, x.dtype)
         if op in (Average, Sum) and (x.dtype.is_floating or x.dtype.is_complex):
             y = _with_gradient(
                 x, y, lambda dy: reduce_dense([dy], op, prescale_factor, postscale_factor, compression)[0]

@@ -29,16 +29,21 @@ def _even_splits(rows: Any, n: int) -> Any:
 def alltoall(
     tensor: Any, splits: Any = None, name: str | None = None, ignore_name_scope: bool = False, process_set: Any = None
 ) -> tuple[Any, Any]:
-    """Send ``splits[r]`` rows of ``tensor`` to rank ``r``; the rows received and how many came from each rank.
+    """Send ``splits[r]`` rows of ``tensor`` to rank ``r``; the rows received, and with ``splits`` also how
+    many came from each rank (as Horovod's: without ``splits``, the rows alone).
 
     Args:
         tensor: rank >= 1; its rows are sent in order, first ``splits[0]`` to rank 0 and so on.
         splits: rows per destination (sums to the first dimension); default: equal shares.
 
+    The gradient sends each rank's gradient rows back where they came from (Horovod's).
+
     Example::
 
         received, counts = hvd.alltoall(tf.range(hvd.size() * 2), splits=[2] * hvd.size())
+        mine = hvd.alltoall(tf.range(hvd.size() * 2))
     """
+    given = splits is not None
     check_process_set(process_set)
     n, me = basics.set_size(), basics.set_rank()
     tf = _tf()
@@ -63,7 +68,10 @@ def alltoall(
     starts = block_start + tf.reduce_sum(table[:, :me], axis=1)
     received = table[:, me]
     index = tf.ragged.range(starts, starts + received).flat_values
-    return tf.gather(everything, index), received
+    out = tf.gather(everything, index)
+    if t.dtype.is_floating or t.dtype.is_complex:
+        out = _with_gradient(t, out, lambda dy: alltoall(dy, splits=received, process_set=process_set)[0])
+    return (out, received) if given else out
 
 
 @honours_process_set

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import *  # noqa: F403 - this path is an alias of mldist.horovod
 from .. import __all__ as _all
+from ..util import _executing_eagerly as _executing_eagerly  # Horovod's own tests and scripts call it
 
 __all__ = list(_all)
 
