@@ -274,7 +274,9 @@ def broadcast(
 
     def grad(dy: Any) -> Any:  # Horovod's: the average of every rank's gradient, on the root only
         averaged = reduce_dense([dy], Average, 1.0, 1.0, Compression.none)[0]
-        return averaged if basics.rank() == root_rank else tf.zeros_like(averaged)
+        # "* 0", not zeros_like: in a TF1 graph that folds to a constant and drops the all-reduce on
+        # the other ranks, which the root then waits for.
+        return averaged if basics.rank() == root_rank else averaged * 0
 
     return _with_gradient(t, received, grad)
 

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +161,21 @@ def _fused_reduce(flat: list[Any], op: str, bucket_bytes: int, compression: str 
     eng = engine()
     if eng.in_place:
         buffers = owned(buffers, fresh)
-    return _unfuse(flat, buckets, eng.allreduce(buffers, op))
+    return _unfuse(flat, buckets, eng.allreduce(buffers, op, layout(flat)))
+
+
+def layout(tensors: list[Any]) -> int:
+    """A number for the static shapes of ``tensors`` (0 when one is not fully known): ranks that flatten
+    other shapes of the same sizes must not reduce them together.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> layout([tf.zeros([2, 3])]) == layout([tf.zeros([6])]), layout([tf.zeros([2, 3])]) > 0
+        (False, True)
+    """
+    if not all(t.shape.is_fully_defined() for t in tensors):
+        return 0
+    return zlib.crc32(repr([tuple(t.shape) for t in tensors]).encode()) & 0x7FFFFFFF or 1
 
 
 def _as_tensors(tensors: Any) -> tuple[Any, list[Any]]:

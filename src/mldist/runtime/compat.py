@@ -107,3 +107,23 @@ def build_optimizer(optimizer: Any, variables: list[Any]) -> None:
         optimizer._create_all_weights(variables)
     elif hasattr(optimizer, "build"):
         optimizer.build(variables)
+
+
+def failing_when(flag: Any, outputs: list[Any], text: str) -> list[Any]:
+    """``outputs`` of a TensorFlow 1 graph, whose evaluation raises ``FailedPreconditionError`` where
+    ``flag`` (a boolean tensor computed after them) is true.
+
+    Horovod's collectives raise that type when ranks disagree, in graphs too. A ``py_function``
+    turns every Python exception into ``InvalidArgumentError`` or ``UnknownError``, and no public op
+    fails with a chosen code and text; reading a resource variable that does not exist fails with
+    ``FailedPreconditionError``, so the variable's name carries ``text``.
+    """
+    import tensorflow as tf
+
+    def fail() -> Any:
+        handle = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name=text)
+        return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float32)
+
+    gate = tf.cond(flag, fail, lambda: tf.constant(0.0))
+    with tf.control_dependencies([gate]):
+        return [tf.identity(o) for o in outputs]

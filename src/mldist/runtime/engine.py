@@ -75,8 +75,12 @@ class Engine(Protocol):
         """Join the other workers; the tf.distribute strategy (or None) and the workers' addresses."""
         ...
 
-    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
-        """Element-wise "sum", "max", "min" or "prod" of each buffer over the ranks (in place if ``in_place``)."""
+    def allreduce(self, buffers: list[Any], op: str, layout: int = 0) -> list[Any]:
+        """Element-wise "sum", "max", "min" or "prod" of each buffer over the ranks (in place if ``in_place``).
+
+        ``layout`` identifies the shapes the buffers were flattened from (0: unknown); an engine that
+        checks its ranks agree compares it too (two shapes of one size must not reduce together).
+        """
         ...
 
     def broadcast(self, buffers: list[Any], root: int, rank: int) -> list[Any]:
@@ -127,7 +131,7 @@ class Solo:
         """Nothing to join."""
         return None, ()
 
-    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
+    def allreduce(self, buffers: list[Any], op: str, layout: int = 0) -> list[Any]:
         """The buffers themselves: one rank's sum, max, min and product."""
         return buffers
 

@@ -192,7 +192,7 @@ class JaxEngine(WholeWorld):
         padded[: data.size] = data
         return np.asarray(multihost_utils.process_allgather(padded))
 
-    def allreduce(self, buffers: list[Any], op: str) -> list[Any]:
+    def allreduce(self, buffers: list[Any], op: str, layout: int = 0) -> list[Any]:
         """Element-wise "sum", "max", "min" or "prod" of each numpy array over the ranks."""
         arrays = [np.asarray(b, order="C") for b in buffers]
         token = stall.begin("allreduce")

@@ -156,16 +156,50 @@ def _chain(tf: Any, op: Any) -> None:
     _LAST_IN_GRAPH[graph] = op
 
 
+#: The name of the missing variable whose read fails a TensorFlow 1 graph's collective (compat.failing_when).
+_DISAGREED = "mldist: the ranks passed different shapes or dtypes to one collective (the line above names them)"
+
+
 def _call(fn: Callable[..., list[np.ndarray[Any, Any]]], inputs: list[Any], name: str, what: str) -> list[Any]:
     import tensorflow as tf
 
     # Autograph would otherwise convert the callback and run the converted code at every step.
     subset = subsets.active()
-    fn = tf.autograph.experimental.do_not_convert(watched(fn, what, None if subset is None else subset.comm))
-    out = tf.numpy_function(fn, inputs, [t.dtype for t in inputs], stateful=True, name=name)
+    run = watched(fn, what, None if subset is None else subset.comm)
+    v1_graph = not (tf.executing_eagerly() or tf.inside_function())
+    if v1_graph:
+        run = _deferring(run)
+    out = tf.numpy_function(tf.autograph.experimental.do_not_convert(run), inputs, [t.dtype for t in inputs],
+                            stateful=True, name=name)  # fmt: skip
     outs = list(out) if isinstance(out, list | tuple) else [out]
     _chain(tf, outs[0].op)
+    if v1_graph:  # ranks that disagreed: Horovod's FailedPreconditionError when the graph runs
+        with tf.control_dependencies(outs):
+            flag = tf.numpy_function(_disagreed, [], tf.bool, stateful=True, name=f"{name}_agreed")
+        return compat.failing_when(flag, outs, _DISAGREED)
     return outs
+
+
+def _deferring(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` with a mismatch kept for :func:`_disagreed` instead of raised (a ``numpy_function`` would turn
+    it into ``InvalidArgumentError``)."""
+
+    def deferred(*args: Any) -> Any:
+        Deferred.active += 1
+        try:
+            return run(*args)
+        finally:
+            Deferred.active -= 1
+
+    return deferred
+
+
+def _disagreed() -> np.bool_:
+    """After a TensorFlow 1 graph's collective: whether the ranks disagreed (the line said on stderr)."""
+    found = Deferred.take()
+    if found:
+        print(f"mldist: error: {found}", file=sys.stderr, flush=True)
+    return np.bool_(found is not None)
 
 
 def _wire(t: Any) -> Any:
@@ -210,8 +244,10 @@ def _reduce_in_place(a: np.ndarray[Any, Any], mpi_op: Any) -> np.ndarray[Any, An
     return out
 
 
-def allreduce(buffers: list[Any], op: str) -> list[Any]:
+def allreduce(buffers: list[Any], op: str, layout: int = 0) -> list[Any]:
     """Reduce 1-D buffers element-wise across ranks ("sum", "max", "min" or "prod"), one MPI_Allreduce each.
+
+    ``layout`` (the shapes flattened into them) is part of what the ranks must agree on.
 
     The buffers must be the call's own (:func:`mldist.runtime.collectives.owned`): the result is
     written into them.
@@ -222,7 +258,7 @@ def allreduce(buffers: list[Any], op: str) -> list[Any]:
     mpi_op = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD}[op]
 
     def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
-        if not _agree(op, 0, arrays, _describe(f"allreduce({op})", arrays)):
+        if not _agree(op, layout, arrays, _describe(f"allreduce({op})", arrays)):
             return list(arrays)
         return [_reduce_in_place(a, mpi_op) for a in arrays]
 

@@ -192,7 +192,7 @@ def _watched(what: str, fn: Callable[[list[Any]], T], inputs: list[Any]) -> T:
     return out
 
 
-def allreduce(buffers: list[Any], op: str) -> list[Any]:
+def allreduce(buffers: list[Any], op: str, layout: int = 0) -> list[Any]:
     """Reduce 1-D buffers across ranks: "sum" is one collective each; "max"/"min"/"prod" gather then reduce."""
     import tensorflow as tf
 
