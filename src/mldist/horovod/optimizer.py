@@ -70,7 +70,31 @@ class _Accumulating:
                 s.assign(tf.zeros_like(s))
             return tf.constant(True)
 
-        return tf.cond(tf.equal(done % self._hvd_passes, 0), step, lambda: tf.constant(False))
+        def skip() -> Any:  # Horovod's: iterations counts every call, applied or not
+            self.iterations.assign_add(1)  # type: ignore[attr-defined]
+            return tf.constant(False)
+
+        return tf.cond(tf.equal(done % self._hvd_passes, 0), step, skip)
+
+    @property
+    def _agg_helper(self) -> Any:
+        """Horovod's aggregation helper as scripts read it (``counter``), or None without
+        ``backward_passes_per_step``."""
+        return _Aggregation(self) if self._hvd_passes > 1 else None
+
+
+class _Aggregation:
+    """What Horovod's ``optimizer._agg_helper`` shows: ``counter``, the passes summed since the last apply."""
+
+    def __init__(self, optimizer: _Accumulating) -> None:
+        self._optimizer = optimizer
+
+    @property
+    def counter(self) -> Any:
+        import tensorflow as tf
+
+        count = self._optimizer.__dict__.get("_hvd_state", {}).get("count")
+        return tf.constant(0, tf.int64) if count is None else count % self._optimizer._hvd_passes
 
 
 class HorovodKeras3(_Accumulating, DistributedKeras3):
@@ -100,7 +124,24 @@ class HorovodLegacy(_Accumulating, DistributedLegacy):
             elif not getattr(self, "_built", True):
                 self.build(variables)  # type: ignore[attr-defined]
 
+    def _compute_gradients(self, loss: Any, var_list: Any, grad_loss: Any = None, tape: Any = None) -> Any:
+        """Horovod's: the gradients of ``loss``, reduced across the ranks (local layers' kept, scaled as
+        configured); with ``backward_passes_per_step`` > 1 this rank's, which ``apply_gradients`` sums and
+        reduces every N calls. Pass the pairs to ``apply_gradients``, which then does not reduce again."""
+        parent = super()
+        if hasattr(parent, "_compute_gradients"):  # tf_keras's legacy optimizers (optimizer_v2)
+            pairs = list(parent._compute_gradients(loss, var_list, grad_loss=grad_loss, tape=tape))
+        else:
+            pairs = list(self.compute_gradients(loss, var_list, tape))  # type: ignore[attr-defined]
+        if self._hvd_passes > 1:
+            return pairs
+        variables = [v for _, v in pairs]
+        self.__dict__["_hvd_reduced"] = True
+        return list(zip(self._mldist_reduce([g for g, _ in pairs], variables), variables, strict=True))
+
     def apply_gradients(self, grads_and_vars: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.__dict__.pop("_hvd_reduced", False):  # from _compute_gradients: reduced there
+            return super(DistributedLegacy, self).apply_gradients(grads_and_vars, *args, **kwargs)  # type: ignore[misc]
         if self._hvd_passes == 1:
             return super().apply_gradients(grads_and_vars, *args, **kwargs)
         pairs = list(grads_and_vars)

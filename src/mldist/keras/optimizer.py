@@ -63,7 +63,7 @@ def distributed_class(cls: type, mixins: tuple[type, type], attrs: dict[str, Any
     """
     if getattr(cls, "_mldist_distributed", False):
         return cls
-    legacy = cls.__module__.startswith(compat.LEGACY_OPTIMIZER_MODULES)
+    legacy = compat.legacy_optimizer_class(cls)
     mixin = mixins[1] if legacy else mixins[0]
     return type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "_mldist_distributed": True, **attrs})
 

@@ -48,7 +48,18 @@ LEGACY_OPTIMIZER_MODULES = ("tf_keras", "keras.src.optimizers.legacy", "tensorfl
 
 def is_legacy_optimizer(optimizer: Any) -> bool:
     """Whether ``optimizer`` is a tf_keras (Keras 2) one rather than a Keras 3 one, by its module."""
-    return type(optimizer).__module__.startswith(LEGACY_OPTIMIZER_MODULES)
+    return legacy_optimizer_class(type(optimizer))
+
+
+def legacy_optimizer_class(cls: type) -> bool:
+    """Whether ``cls`` is a tf_keras (Keras 2) optimizer class: its own or a base class's module says so
+    (a user's subclass of ``tf.keras.optimizers.Optimizer`` lives in the user's module)."""
+    for base in cls.__mro__:  # the nearest class of a Keras package decides (Keras 3's bases reach TF's trackables)
+        if base.__module__.startswith(LEGACY_OPTIMIZER_MODULES):
+            return True
+        if base.__module__.startswith("keras"):
+            return False
+    return False
 
 
 def no_tape_recording() -> Any:
