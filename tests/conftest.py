@@ -81,7 +81,10 @@ GROUPS = (
     # The users of the shared launches of tests/runtime/conftest.py and tests/horovod/conftest.py.
     (r"tests/runtime/test_\w+\.py::test_(two_workers_[mus]|collectives_on_two|applied_)\w*\[\w+\]", "engine"),
     (r"tests/runtime/test_jax\.py::test_two_jax_workers_match\w+\[", "engine"),  # one_process_fit
-    (r"tests/horovod/test_\w+\.py::test_(mismatches|horovods_own|many_collectives_in_one|local_|join_|sync_)", "hvd"),
+    (
+        r"tests/horovod/test_\w+\.py::test_(mismatches|horovods_own|many_collectives_in_one|local_|join_|sync_|the_opt)",
+        "hvd",
+    ),
     (r"tests/horovod/test_\w+\.py::test_(every_function\w+_3_mpi_\w+|collectives_over_a_process_set\w+\[\w+\])", "hvd"),
 )
 #: The fixtures behind those groups: a test that uses one must be in a group (checked at collection).

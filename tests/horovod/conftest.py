@@ -34,7 +34,14 @@ SHARED: dict[str, tuple[int, str, list[str]]] = {
     "tf_keras": (
         2,
         "tf_keras",
-        ["hvd_errors.py", "hvd_conformance.py", "hvd_partial.py", "hvd_join.py", "hvd_sync_bn.py"],
+        [
+            "hvd_errors.py",
+            "hvd_conformance.py",
+            "hvd_partial.py",
+            "hvd_join.py",
+            "hvd_sync_bn.py",
+            "hvd_optimizer_internals.py",
+        ],
     ),
     "keras3-3": (3, "keras3", ["hvd_api.py collectives", "hvd_process_sets.py"]),  # an odd world
 }

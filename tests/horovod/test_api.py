@@ -106,7 +106,7 @@ def test_horovods_own_test_cases_hold_on_ring() -> None:
 
 def _conformance(rows: list[dict[str, Any]]) -> None:
     assert len(rows) == 2 and rows[0]["checks"] == rows[1]["checks"]
-    assert len(rows[0]["checks"]) == 29, rows[0]["checks"]
+    assert len(rows[0]["checks"]) == 32, rows[0]["checks"]
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -128,6 +128,14 @@ def test_many_collectives_in_a_tensorflow_1_session_agree_on_every_rank(legacy: 
     rows = results(check(mldist(["run", "-n", "2", "--communication", "mpi", "--", *worker], 180, env=env)).stdout)
     assert [row["ok"] for row in rows] == [[True] * 3] * 2
     assert [row["objects"] for row in rows] == [[{"from": 1}, [0, 1], [1.0]]] * 2
+    failed = {"other_size": "FailedPreconditionError", "other_shape": "FailedPreconditionError"}
+    failed["other_dtype"] = "FailedPreconditionError"
+    for r, row in enumerate(rows):  # as in Horovod's own graph-mode tests
+        assert {k: row["graph"][k] for k in failed} == failed, row["graph"]
+        assert row["graph"]["agree_after"] == [2.0, 2.0]
+        assert row["graph"]["broadcast_inplace"] == [[1.0, 1.0], [1.0, 1.0]]
+        assert row["graph"]["global_variables"] == [5.0, 5.0]
+        assert row["graph"]["broadcast_grad"] == ([1.0, 1.0] if r == 0 else [0.0, 0.0])
 
 
 def test_refused_features_say_what_to_use_instead() -> None:
@@ -144,3 +152,13 @@ def test_refused_features_say_what_to_use_instead() -> None:
     for key, fix in expected.items():
         assert fix in refused[f"REFUSED {key}"], (key, refused[f"REFUSED {key}"])
     assert "PATHS-OK" in res.stdout
+
+
+def test_the_optimizer_internals_horovods_keras_tests_read(shared_hvd: Callable[[str, str], str]) -> None:
+    """_compute_gradients reduces (once), _agg_helper.counter and iterations count every call."""
+    rows = results(shared_hvd("tf_keras", "hvd_optimizer_internals.py"))
+    for row in rows:
+        assert (row["reduced"], row["applied"]) == (1.5, 1.5), row
+        # Sums of 2 passes of the average 1.5 every 2 calls (3.0), or their mean (1.5).
+        assert row["steps"]["False"] == [[0.0, 1, 1], [3.0, 0, 2], [3.0, 1, 3]], row
+        assert row["steps"]["True"] == [[0.0, 1, 1], [1.5, 0, 2], [1.5, 1, 3]], row

@@ -99,6 +99,13 @@ check("grad_broadcast", gradient(lambda v: hvd.broadcast(v, 0)), ones if r == 0 
 check("grad_reducescatter", gradient(lambda v: hvd.reducescatter(v, op=hvd.Sum)), twos)
 check("grad_grouped_reducescatter", gradient(lambda v: hvd.grouped_reducescatter([v], op=hvd.Sum)[0]), twos)
 check("grad_reducescatter_average", gradient(lambda v: hvd.reducescatter(v, op=hvd.Average)), ones)
+# Horovod's grouped Average scales inside its op: integer tensors stay integer (2 and 4 average to 3).
+averaged = hvd.grouped_allreduce([tf.constant([2 * (r + 1)], tf.int32), tf.constant([1.0])], op=hvd.Average)
+check("grouped_average_int", averaged[0].numpy(), np.array([3], np.int32))
+check("grouped_average_int_dtype", averaged[0].dtype.name, "int32")
+mixed = [tf.IndexedSlices(tf.ones([1]), tf.constant([0])), tf.ones([1], tf.int32)]
+# The op is checked for IndexedSlices before any tensor is reduced (int32 and Adasum would fail first).
+raises("grouped_sparse_op_first", lambda: hvd.grouped_allreduce(mixed, op=hvd.Adasum), NotImplementedError)
 # alltoall's gradient goes back where each row came from: with [1, 2] sent to [0, 1], ones come back.
 check("grad_alltoall", gradient(lambda v: hvd.alltoall(v[:, 0]) * (r + 1)), [[1.0 + 0.0, 0.0], [2.0, 0.0]])
 check("grad_grouped_allreduce", gradient(lambda v: hvd.grouped_allreduce([v])[0]), ones)
