@@ -45,6 +45,8 @@ def test_timeline_fusion_threshold_and_callbacks(legacy: str, tmp_path: Path) ->
 def test_local_layers_keep_their_gradients(flavour: str, shared_hvd: Callable[[str, str], str]) -> None:
     rows = results(shared_hvd(flavour, "hvd_partial.py"))
     assert [row["tape"] for row in rows] == [[1.5, 0.5], [1.5, 1.0]]  # mean of 1 and 2; own x / 2
+    assert [row["split"] for row in rows] == [[[0.5], [1.5]], [[1.0], [1.5]]]  # get_local_and_global_gradients
+    assert all(row["split_sources"] == [True, True] for row in rows)
     assert rows[0]["fit_shared"] == rows[1]["fit_shared"]  # averaged gradients: the same everywhere
     assert rows[0]["fit_local"] != rows[1]["fit_local"]  # each rank's own data moves its own layer
 

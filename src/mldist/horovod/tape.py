@@ -155,6 +155,20 @@ class DistributedGradientTape:
         """Keep ``source``'s gradient on this rank (divided by the world size unless scale_local_gradients=False)."""
         self._local.add(var_key(source))
 
+    def get_local_and_global_gradients(
+        self, target: Any, sources: Any, output_gradients: Any = None, use_generic_names: bool = False
+    ) -> tuple[list[tuple[Any, Any]], list[tuple[Any, Any]]]:
+        """Horovod's: :meth:`gradient`'s results as ``(source, gradient)`` pairs, the local sources' first."""
+        import tensorflow as tf
+
+        flat = tf.nest.flatten(sources, expand_composites=False)
+        grads = tf.nest.flatten(self.gradient(target, sources, output_gradients), expand_composites=False)
+        local = local_flags(flat, self._local) or [False] * len(flat)
+        pairs = list(zip(flat, grads, strict=True))
+        return [p for p, mine in zip(pairs, local, strict=True) if mine], [
+            p for p, mine in zip(pairs, local, strict=True) if not mine
+        ]
+
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None, **kwargs: Any) -> Any:
         """Like ``tf.GradientTape.gradient``, reduced across ranks (registered local sources stay local)."""
         import tensorflow as tf
