@@ -28,9 +28,14 @@ example:
   mldist run -np 2 -H localhost:2 python train.py     # horovodrun's flags work too
   mldist run -H node1:2,node2:2 -- python train.py    # other hosts, over ssh (MPI engine)
   mldist run --hostfile hosts.txt --network-interface 10.1.0.0/16 -- python train.py
+  KERAS_BACKEND=jax mldist run -n 2 -- python keras_guide.py   # keras.distribution.initialize()
+  mldist run -n 2 --tf-config -- python mwms_train.py   # TF_CONFIG per worker
 
 Each worker gets MLDIST_RANK, MLDIST_SIZE, MLDIST_LOCAL_RANK, MLDIST_LOCAL_SIZE
-and MLDIST_WORKERS; mldist.init() reads them. If one worker fails the others
+and MLDIST_WORKERS; mldist.init() reads them. RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE and Keras's KERAS_DISTRIBUTION_* are set too (never over
+yours). A run whose workers never formed a group says so at the end
+(--require-group: exit 1). If one worker fails the others
 are stopped and the exit code is that worker's (128+N for signal N); exit
 code 75 means the workers saved a checkpoint and ask to be started again.
 Every run leaves a run directory (MLDIST_RUN_DIR for the workers): config.json,
