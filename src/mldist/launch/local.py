@@ -89,6 +89,7 @@ def run(cfg: RunConfig) -> int:
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
     old[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, on_quit)  # as the JVM's thread dump: print, go on
     failures: list[str] = []
+    never = ""  # the never-formed line (mldist.base.joined), decided once for the console and the record
     try:
         while True:
             group = kind(cfg, env, restart=len(failures))
@@ -115,7 +116,7 @@ def run(cfg: RunConfig) -> int:
         for s, handler in old.items():
             signal.signal(s, handler)
         if record is not None:
-            record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received)
+            record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received, never)
 
 
 def _formed(code: int, never: str, env: Mapping[str, str]) -> int:

@@ -217,8 +217,13 @@ class Record:
                     link.unlink()
                 link.symlink_to(log_dir / f"rank-{rank}.log")
 
-    def end(self, code: int | None, procs: Sequence[Worker], restarts: int, signals: Sequence[int]) -> Path:
-        """Write summary.json: how the run ended and what the workers reported; its path."""
+    def end(
+        self, code: int | None, procs: Sequence[Worker], restarts: int, signals: Sequence[int], never: str = ""
+    ) -> Path:
+        """Write summary.json: how the run ended and what the workers reported; its path.
+
+        ``never``: the launcher's line when the workers never formed a group ("" when they did).
+        """
         error = sys.exc_info()[1]  # set when the launcher itself failed (called from a finally block)
         summary: dict[str, Any] = {
             "status": status_of(code, signals),
@@ -234,7 +239,7 @@ class Record:
         notes = joined.read(self.path / "progress")
         if notes:  # how each rank joined its group (or "alone"), from the workers' start-up hook
             summary["group"] = {str(rank): how for rank, how in sorted(notes.items())}
-        if code == 0 and (never := joined.line(notes, self.cfg.nprocs)):
+        if never:
             summary["never_formed"] = never
         if isinstance(error, MldistError):
             summary["error"] = str(error)
