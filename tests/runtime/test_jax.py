@@ -40,6 +40,10 @@ def test_collectives_on_two_jax_workers() -> None:
         assert row["mismatch"] == "allreduce"  # raised on both ranks, none hangs
         assert row["strategy"].startswith("mldist.strategy() is TensorFlow")
         assert row["tape"].startswith("DistributedGradientTape averages Tens")
+        assert row["profiler"]  # JAX's profiler records --profile-steps on JAX
+        # Gloo's event loop, and nothing else, runs at SCHED_IDLE (mldist.runtime.jax_cpu).
+        assert row["idle_threads"] == row["idled"] and len(row["idled"]) == 1, row
+        assert row["loops"] == [True]
     # The launcher read KERAS_BACKEND too: no "the launcher chose the mpi engine" line.
     assert "launcher chose" not in res.stderr
 
@@ -48,7 +52,7 @@ def test_one_jax_process_needs_no_runtime() -> None:
     res = check(run_py(str(WORKERS / "jax_collectives.py"), env=JAX))
     (row,) = results(res.stdout)
     assert (row["backend"], row["engine"], row["sum"], row["mismatch"]) == ("jax", "none", [[1.0, 0.0], [1]], "none")
-    assert row["profiler"] and "ProfileSteps record TensorFlow's profiler; not on KERAS_BACKEND=jax" in res.stderr
+    assert row["profiler"] and row["idle_threads"] == row["idled"] == []  # one process: no Gloo
 
 
 @pytest.mark.parametrize("launcher", ["mldist run", "mpirun"])

@@ -6,11 +6,38 @@ Run with KERAS_BACKEND=jax under ``mldist run -n 2`` (or alone: every collective
 from __future__ import annotations
 
 import json
+import os
+import platform
+import time
 
 import numpy as np
 
 import mldist
 import mldist.errors
+from mldist.runtime import engine, jax_cpu
+
+
+def _idle_threads() -> list[int]:
+    """This process's threads at SCHED_IDLE (mldist moves Gloo's event loop there)."""
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            if os.sched_getscheduler(int(task)) == os.SCHED_IDLE:
+                found.append(int(task))
+        except OSError:
+            continue
+    return found
+
+
+def _waits_like_gloos_loop(tid: int) -> bool:
+    """Whether thread ``tid`` is seen waiting in epoll_wait(fd, events, 64, 10) within 0.2 s."""
+    for _ in range(100):
+        with open(f"/proc/self/task/{tid}/syscall") as fh:
+            if jax_cpu.is_event_loop(fh.read(), platform.machine()):
+                return True
+        time.sleep(0.002)
+    return False
+
 
 ctx = mldist.init()
 r = ctx.rank
@@ -38,5 +65,8 @@ for name, call in (("strategy", mldist.strategy), ("tape", lambda: mldist.Distri
         out[name] = str(exc)[:40]
 import mldist.keras  # noqa: E402
 
-out["profiler"] = mldist.keras.ProfileSteps(1, 2).profiler is None  # TensorFlow's profiler: refused in one line
+out["profiler"] = mldist.keras.ProfileSteps(1, 2).profiler is not None  # JAX's profiler on JAX
+out["idle_threads"] = sorted(_idle_threads())
+out["idled"] = sorted(getattr(engine.running(), "idled", ()))
+out["loops"] = [_waits_like_gloos_loop(t) for t in out["idle_threads"]]  # type: ignore[attr-defined]
 print("RESULT " + json.dumps(out), flush=True)

@@ -3,8 +3,9 @@
 JAX finds its peers by itself only under Slurm, Open MPI and (opt-in) mpi4py, and
 assumes one process per GPU. mldist already knows every launcher it supports, so
 ``start`` hands JAX the coordinator (rank 0's address from the cluster spec), the
-process count and this process's id, picks the CPU collectives (Gloo) on CPU-only
-workers and one GPU per local rank where there are several, and sets Keras's
+process count and this process's id, picks the CPU collectives on CPU-only workers (Gloo,
+unless the user chose; Gloo's event loop moved out of the step's way, :mod:`.jax_cpu`)
+and one GPU per local rank where there are several, and sets Keras's
 ``DataParallel`` distribution over every process's devices. Keras then averages the
 gradients of the global batch inside its compiled step; nothing else needs to.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,7 +35,7 @@ from ..errors import CollectiveMismatch, ConfigError
 from ..placement import Placement, build_cluster_spec
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import ThreadPlan, choose_gpu
-from . import stall
+from . import jax_cpu, stall
 from .engine import WholeWorld, mpi_allgather_hosts
 
 #: JAX's CUDA plugins; without one JAX runs on CPUs only.
@@ -109,6 +111,9 @@ class JaxEngine(WholeWorld):
     late_strategy = False
     waits_at_exit = True  # jax.distributed's shutdown barrier
     _device_ids: list[int] | None = None
+    #: JAX's CPU collectives ("gloo", a user's choice) or "" on GPUs; Gloo loop threads moved to SCHED_IDLE.
+    cpu_collectives = ""
+    idled: tuple[int, ...] = ()
 
     def prepare(self, placement: Placement, plan: ThreadPlan, env: Mapping[str, str]) -> int | None:
         """Before JAX starts: thread and collective settings; the pinned GPU (or None)."""
@@ -118,7 +123,8 @@ class JaxEngine(WholeWorld):
         import jax
 
         if gpu is None:
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")  # type: ignore[no-untyped-call]
+            self.cpu_collectives = jax_cpu.implementation(env)
+            jax.config.update("jax_cpu_collectives_implementation", self.cpu_collectives)  # type: ignore[no-untyped-call]
         # JAX's preemption service catches SIGTERM and does nothing with it: mldist.preempt
         # (save, then exit 75) or the default (end now) must see it.
         jax.config.update("jax_enable_preemption_service", False)  # type: ignore[no-untyped-call]
@@ -147,9 +153,23 @@ class JaxEngine(WholeWorld):
                 coordinator_bind_address=spec.workers[0] if spec.rank == 0 else None,
             )
             jax.distributed.initialize = joined(jax.distributed.initialize, spec.rank, spec.size)
-        set_data_parallel(spec.size)
+        set_data_parallel(spec.size)  # JAX's backend starts here, and Gloo's event loop with it
+        self._idle_event_loop(spec.rank)
         self._seed_alike(spec.rank)
         return None, spec.workers
+
+    def _idle_event_loop(self, rank: int) -> None:
+        """Gloo's event loop to SCHED_IDLE (see :mod:`mldist.runtime.jax_cpu`); one line if it is not found."""
+        if not jax_cpu.wants_idle_loop(self.cpu_collectives, os.environ):
+            return
+        self.idled = tuple(jax_cpu.idle_event_loops())
+        if not self.idled and rank == 0:
+            print(
+                "mldist: Gloo's event-loop thread was not found; on a rank with one core each all-reduce of "
+                f"JAX's step may wait a scheduler tick (~4 ms). {jax_cpu.IDLE_ENV}=0 silences this line",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _seed_alike(self, rank: int) -> None:
         """One random seed, rank 0's, on every rank: Keras's DataParallel needs equal initial weights.
