@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from helpers import PY, WORKERS, check, clean_env, mldist
+from mldist.tools.steptime import breakdown, load
 
 #: glibc's last words when it finds the heap corrupted (TensorFlow's profiler on RING, see below):
 #: "free(): invalid size", "munmap_chunk(): invalid pointer", "double free or corruption (out)", ...
@@ -65,3 +66,23 @@ def test_profiled_run_leaves_a_merged_trace_with_both_ranks_and_the_allreduce(tm
     spans = [(min(e["ts"] for e in complete if e["pid"] == r), max(e["ts"] for e in complete if e["pid"] == r))
              for r in (0, 1)]  # fmt: skip
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
+
+
+@pytest.mark.slow
+def test_a_profiled_jax_run_records_xlas_step_and_its_all_reduce(tmp_path: Path) -> None:
+    """On KERAS_BACKEND=jax, --profile-steps records JAX's profiler: XLA's instructions on both ranks,
+    the step's all-reduce found by the same search, and a breakdown of each step."""
+    env = clean_env(KERAS_BACKEND="jax", MLDIST_TRACE_DIR=str(tmp_path / "trace"))
+    cmd = ["run", "-n", "2", "--profile-steps", "3:5", "--", PY, str(WORKERS / "profiled_fit.py")]
+    res = check(mldist(cmd, env=env, timeout=180))
+    assert "[0] FIT-DONE 0" in res.stdout and "[1] FIT-DONE 1" in res.stdout
+    merged = _events(tmp_path / "trace" / "merged.trace.json.gz")
+    complete = [e for e in merged if e["ph"] == "X"]
+    for rank in (0, 1):
+        reduces = [e for e in complete if e["pid"] == rank and e["name"].startswith("allreduce (all-reduce")]
+        assert len(reduces) >= 3, f"rank {rank}: {len(reduces)} of XLA's all-reduces in 3 steps"
+        assert all(e["cat"] == "collective" for e in reduces)
+    b = breakdown(load(tmp_path / "trace" / "merged.trace.json.gz"))
+    for rank in ("0", "1"):
+        assert b[rank]["steps"] == 3 and b[rank]["collectives_per_step"] >= 1, b
+        assert b[rank]["compute_ms"] > 0 and b[rank]["collective_ms"] + b[rank]["wait_ms"] > 0, b

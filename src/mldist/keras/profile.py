@@ -1,5 +1,7 @@
 """``ProfileSteps``: the timeline of chosen training steps on every rank (``mldist.runtime.profiling``).
 
+TensorFlow's profiler on KERAS_BACKEND=tensorflow, JAX's on KERAS_BACKEND=jax.
+
 In ``default_callbacks()``; it does nothing unless ``MLDIST_PROFILE_STEPS`` is set
 (``mldist run --profile-steps A:B``). Steps count train batches across epochs, from 0.
 
@@ -10,12 +12,10 @@ Example::
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import keras
 
-from ..placement.backend import traits
 from ..runtime.profiling import StepProfiler, trace_dir
 
 
@@ -34,15 +34,6 @@ class ProfileSteps(keras.callbacks.Callback):  # type: ignore[misc]
             self.profiler = StepProfiler.from_env()
         else:
             self.profiler = StepProfiler(first, last, trace_dir(os.environ))
-        if self.profiler is not None and not traits(keras.config.backend()).runs_tensorflow:
-            # TensorFlow's profiler sees nothing of an XLA step that JAX runs.
-            print(
-                "mldist: --profile-steps/ProfileSteps record TensorFlow's profiler; not on KERAS_BACKEND=jax "
-                "(use jax.profiler.trace)",
-                file=sys.stderr,
-                flush=True,
-            )
-            self.profiler = None
         self.step = 0
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:

@@ -1,7 +1,8 @@
-"""Timelines: TensorFlow's profiler on every rank for chosen steps, merged into one Chrome trace.
+"""Timelines: the backend's profiler on every rank for chosen steps, merged into one Chrome trace.
 
 ``mldist run --profile-steps A:B`` (or ``MLDIST_PROFILE_STEPS=A:B``) makes every
-rank record steps A to B (counted from 0) and write ``trace/rank-R.trace.json.gz``;
+rank record steps A to B (counted from 0) with TensorFlow's profiler, or JAX's on
+``KERAS_BACKEND=jax`` (both write the same XSpace format), and write ``trace/rank-R.trace.json.gz``;
 rank 0 then writes ``trace/merged.trace.json.gz``: one process per rank ("rank R"),
 complete events (``ph: "X"``) that chrome://tracing and Perfetto open. The ranks'
 timelines are aligned on a barrier taken just before recording starts, so clock
@@ -27,7 +28,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,16 @@ from . import collectives, worker
 _STEPS = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 #: TensorFlow op types of its collectives, and the name a search should find them by.
 _COLLECTIVES = {"CollectiveReduce": "allreduce", "CollectiveGather": "allgather", "CollectiveBcast": "broadcast"}
+#: XLA's collective instructions (JAX's step), and the same names.
+_XLA_COLLECTIVES = {
+    "all-reduce": "allreduce",
+    "all-gather": "allgather",
+    "collective-broadcast": "broadcast",
+    "reduce-scatter": "reducescatter",
+    "all-to-all": "alltoall",
+    "collective-permute": "permute",
+}
+_XLA_COLLECTIVE = re.compile(r"(" + "|".join(_XLA_COLLECTIVES) + r")(?:-start|-done)?(?:\.[0-9]+)*")
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -66,9 +77,12 @@ def event_name(name: str) -> str:
     Example:
         >>> event_name("StatefulPartitionedCall/CollectiveReduceV2:CollectiveReduceV2")
         'allreduce (StatefulPartitionedCall/CollectiveReduceV2:CollectiveReduceV2)'
-        >>> event_name("model/dense/MatMul:MatMul")
-        'model/dense/MatMul:MatMul'
+        >>> event_name("model/dense/MatMul:MatMul"), event_name("all-reduce.7")
+        ('model/dense/MatMul:MatMul', 'allreduce (all-reduce.7)')
     """
+    xla = _XLA_COLLECTIVE.fullmatch(name)
+    if xla:
+        return f"{_XLA_COLLECTIVES[xla.group(1)]} ({name})"
     op_type = name.rpartition(":")[2]
     for prefix, label in _COLLECTIVES.items():
         if op_type.startswith(prefix):
@@ -118,8 +132,34 @@ def merge_traces(paths: list[Path], out: Path) -> None:
     _write_trace(out, events)
 
 
+def _on_tensorflow() -> bool:
+    return worker.init().decision.traits.runs_tensorflow
+
+
+def _zeros() -> Any:
+    """A one-element tensor of the backend's kind, for a barrier."""
+    if _on_tensorflow():
+        import tensorflow as tf
+
+        return tf.zeros([1])
+    import numpy as np
+
+    return np.zeros(1, np.float32)
+
+
+def _profiler() -> tuple[Callable[[str], Any], Callable[[], Any]]:
+    """(start(log dir), stop()) of the profiler that sees this backend's step: TensorFlow's or JAX's."""
+    if _on_tensorflow():
+        import tensorflow as tf
+
+        return tf.profiler.experimental.start, tf.profiler.experimental.stop
+    import jax
+
+    return jax.profiler.start_trace, jax.profiler.stop_trace
+
+
 class Recording:
-    """TensorFlow's profiler on every rank between :meth:`start` and :meth:`stop` (both collective).
+    """The backend's profiler on every rank between :meth:`start` and :meth:`stop` (both collective).
 
     Each rank writes ``out_dir/rank-R.trace.json.gz``; rank 0 merges them into ``merged``.
     The timelines are aligned on a barrier taken just before recording starts.
@@ -135,26 +175,20 @@ class Recording:
         self.shift_us = 0.0
 
     def _barrier(self) -> None:
-        import tensorflow as tf
-
-        collectives.allreduce(tf.zeros([1]), "sum")
+        collectives.allreduce(_zeros(), "sum")
 
     def start(self) -> None:
         """Start recording on this rank, after a barrier every rank shares."""
-        import tensorflow as tf
-
         self._barrier()
         after_barrier = time.time_ns()
-        tf.profiler.experimental.start(str(self.out_dir / f"raw-rank-{worker.rank()}"))
+        _profiler()[0](str(self.out_dir / f"raw-rank-{worker.rank()}"))
         # The profile's time 0 is its start: place it where this rank left the barrier.
         self.shift_us = (time.time_ns() - after_barrier) / 1e3
 
     def stop(self) -> None:
         """Stop recording, write this rank's trace; rank 0 merges every rank's once all are written."""
-        import tensorflow as tf
-
         self._barrier()  # no rank still has a collective in flight while tracing stops
-        tf.profiler.experimental.stop()
+        _profiler()[1]()
         rank = worker.rank()
         raw = sorted((self.out_dir / f"raw-rank-{rank}").rglob("*.xplane.pb"))
         _write_trace(self.out_dir / f"rank-{rank}.trace.json.gz", xspace_events(raw[-1], rank, self.shift_us))
