@@ -96,6 +96,13 @@ def test_grace_means_the_same_in_run_and_submit_and_its_help_tells_the_real_defa
         (["run", "--hostfile", "/nonexistent/hosts", "--", "true"], "--hostfile '/nonexistent/hosts'"),
         (["run", "-H", "node7:2", "--log-dir", "logs", "--", "true"], "--log-dir and --cpu-bind are for one host"),
         (["run", "-np", "2", "--gloo", "--mpi", "--", "true"], "not allowed with argument --gloo"),
+        # Elastic worlds: hosts to lose, -n within the bounds, no fixed-world restarts, no joining hosts yet.
+        (["run", "-n", "2", "--min-np", "1", "--", "true"], "an elastic world needs other hosts"),
+        (["run", "-H", "n7:1,n8:1", "--min-np", "3", "--max-np", "4", "--", "true"], "give --min-np 3 <= -n <="),
+        (["run", "-H", "n7:1,n8:1", "--min-np", "2", "--max-np", "1", "--", "true"], "give 1 <= --min-np <= --max"),
+        (["run", "-H", "n7:1,n8:1", "--min-np", "1", "--max-restarts", "1", "--", "true"], "--reset-limit bounds"),
+        (["run", "-H", "n7:1,n8:1", "--min-np", "1", "--elastic-timeout", "x", "--", "true"], "not a number"),
+        (["run", "-H", "n7:1,n8:1", "--host-discovery-script", "d.sh", "--", "true"], "not supported yet"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:

@@ -28,6 +28,7 @@ example:
   mldist run -np 2 -H localhost:2 python train.py     # horovodrun's flags work too
   mldist run -H node1:2,node2:2 -- python train.py    # other hosts, over ssh (MPI engine)
   mldist run --hostfile hosts.txt --network-interface 10.1.0.0/16 -- python train.py
+  mldist run -H n1:1,n2:1,n3:1 --min-np 2 -- python elastic_train.py   # lose a host, go on
   KERAS_BACKEND=jax mldist run -n 2 -- python keras_guide.py   # keras.distribution.initialize()
   mldist run -n 2 --tf-config -- python mwms_train.py   # TF_CONFIG per worker
 
@@ -69,6 +70,24 @@ def _add_horovodrun_flags(run: Any) -> None:
     run.add_argument("--timeline-filename", metavar="FILE", help=horovodrun + "HOROVOD_TIMELINE=FILE for hvd.init()")
     run.add_argument("--log-level", type=_log_level, help=horovodrun + ", ".join(LOG_LEVELS) + " (TensorFlow's too)")
     run.add_argument("--start-timeout", type=seconds, help=horovodrun + "accepted; mldist needs no start timeout")
+    _add_elastic_flags(run)
+
+
+def _add_elastic_flags(run: Any) -> None:
+    """horovodrun's elastic flags: a world that re-forms on the hosts that remain (mldist.launch.elastic)."""
+    elastic = run.add_argument_group("elastic worlds (horovodrun's flags; with -H or --hostfile)")
+    elastic.add_argument("--min-np", type=count(1), metavar="N", help="go on with N+ workers after a loss")
+    elastic.add_argument("--max-np", type=count(1), metavar="N", help="at most N workers (default: every slot)")
+    elastic.add_argument(
+        "--elastic-timeout",
+        type=seconds,
+        default=600.0,
+        metavar="S",
+        help="below --min-np, wait this long for hosts to answer again (default 600)",
+    )
+    elastic.add_argument("--reset-limit", type=count(0), metavar="N", help="re-form the world at most N times")
+    elastic.add_argument("--host-discovery-script", metavar="FILE", help=argparse.SUPPRESS)
+    elastic.add_argument("--slots-per-host", "--slots", type=count(1), metavar="N", help=argparse.SUPPRESS)
 
 
 def _add_output_flags(run: Any) -> None:
@@ -281,8 +300,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
         network_interface=args.network_interface,
         mpi_args=args.mpi_args or (),
         env=_horovodrun_env(args),
+        elastic=_elastic(args, nprocs, hosts),
     )
     return run(cfg)
+
+
+def _elastic(args: argparse.Namespace, nprocs: int, hosts: tuple[tuple[str, int], ...]) -> Any:
+    """The ``ElasticConfig`` of --min-np/--max-np (None without them); horovodrun's defaults."""
+    from ..launch.config import ElasticConfig
+
+    if args.host_discovery_script or args.slots_per_host:
+        raise ConfigError(
+            "--host-discovery-script/--slots-per-host: hosts that join a running world are not supported yet; "
+            "give the hosts with -H or --hostfile (a lost host's workers are re-formed without it)"
+        )
+    if args.min_np is None and args.max_np is None:
+        return None
+    slots = sum(n for _, n in hosts) or nprocs
+    return ElasticConfig(
+        min_np=args.min_np or nprocs,
+        max_np=args.max_np or max(slots, nprocs),
+        timeout=args.elastic_timeout,
+        reset_limit=args.reset_limit,
+    )
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

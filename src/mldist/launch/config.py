@@ -39,6 +39,39 @@ _FDS_PER_WORKER, _FDS_BASE = 6, 64
 
 
 @dataclass(frozen=True)
+class ElasticConfig:
+    """An elastic world on hosts (horovodrun's ``--min-np``, ``--max-np``, ...): see :mod:`mldist.launch.elastic`.
+
+    Args:
+        min_np: the fewest workers training may go on with; below, the run waits ``timeout``, then ends.
+        max_np: the most workers it grows to.
+        timeout: seconds to wait for enough hosts (``--elastic-timeout``).
+        reset_limit: how many times the world may re-form (None: no limit).
+
+    Example:
+        >>> ElasticConfig(min_np=2, max_np=4).timeout
+        600.0
+        >>> ElasticConfig(min_np=3, max_np=2)
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: --min-np 3 --max-np 2: give 1 <= --min-np <= --max-np
+    """
+
+    min_np: int
+    max_np: int
+    timeout: float = 600.0
+    reset_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_np <= self.max_np <= MAX_WORKERS:
+            raise ConfigError(f"--min-np {self.min_np} --max-np {self.max_np}: give 1 <= --min-np <= --max-np")
+        if not 0 <= self.timeout <= 7 * 86400:
+            raise ConfigError(f"--elastic-timeout {self.timeout}: give 0 to 604800 seconds")
+        if self.reset_limit is not None and self.reset_limit < 0:
+            raise ConfigError(f"--reset-limit {self.reset_limit} cannot be negative")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """What ``mldist run`` was asked to do.
 
@@ -70,6 +103,8 @@ class RunConfig:
             process environment is never changed.
         decision: the engine decision (:func:`mldist.placement.engines.decide_with`): None as
             the CLI builds it, set by the launcher once it has decided, then read by every part.
+        elastic: with ``hosts``, an elastic world (:class:`ElasticConfig`): a lost host re-forms the
+            world on the others instead of ending the run; None for a fixed world.
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
@@ -95,6 +130,7 @@ class RunConfig:
     mpi_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     decision: Decision | None = None
+    elastic: ElasticConfig | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -113,6 +149,7 @@ class RunConfig:
         if self.communication not in COMMUNICATIONS:
             raise ConfigError(f"--communication {self.communication!r} is not one of {', '.join(COMMUNICATIONS)}")
         self._check_hosts()
+        self._check_elastic()
         for var, text in self.env.items():
             if not (isinstance(var, str) and VARIABLE.fullmatch(var) and isinstance(text, str) and "\0" not in text):
                 raise ConfigError(
@@ -134,6 +171,22 @@ class RunConfig:
             raise ConfigError(
                 f"--network-interface {self.network_interface!r}: give an interface or address/CIDR "
                 "(e.g. ib0 or 10.1.0.0/16), with -H or --hostfile"
+            )
+
+    def _check_elastic(self) -> None:
+        """An elastic world: hosts to lose, -n between its bounds, and no fixed-world restarts."""
+        if self.elastic is None:
+            return
+        if not self.hosts:
+            raise ConfigError("--min-np/--max-np: an elastic world needs other hosts (-H or --hostfile)")
+        if not self.elastic.min_np <= self.nprocs <= self.elastic.max_np:
+            raise ConfigError(
+                f"-n {self.nprocs}: give --min-np {self.elastic.min_np} <= -n <= --max-np {self.elastic.max_np}"
+            )
+        if self.max_restarts:
+            raise ConfigError(
+                "--max-restarts restarts a fixed world; an elastic one (--min-np/--max-np) re-forms on its own "
+                "(--reset-limit bounds how often)"
             )
 
 

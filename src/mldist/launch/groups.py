@@ -26,7 +26,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from ..base import joined, progress
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
@@ -112,6 +112,11 @@ class Group(ABC):
         self.pumps: list[threading.Thread] = []
         self.logs: list[IO[bytes]] = []
         self.lock = threading.Lock()
+        #: Elastic runs: when the supervisor saw the first failure; the lines naming lost or failed
+        #: hosts; the re-forming that started this group (None for a first start).
+        self.failed_at: float | None = None
+        self.named_lines: list[str] = []
+        self.reform: Any = None
         #: Signals for ranks whose pid was not known yet (a shim records it just after the start).
         self.pending: dict[int, list[int]] = {}
         #: Where the workers publish their progress (:mod:`mldist.base.progress`): the run directory's

@@ -27,12 +27,14 @@ import importlib.util
 import os
 import signal
 import time
+import uuid
 from collections.abc import Mapping
 
 from ..base import joined
 from ..errors import REQUEUE_CODE, ConfigError
 from ..placement import common, engines
 from ..placement.resources import thread_plan
+from . import elastic
 from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
@@ -89,10 +91,12 @@ def run(cfg: RunConfig) -> int:
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
     old[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, on_quit)  # as the JVM's thread dump: print, go on
     failures: list[str] = []
+    reforms: list[elastic.Reform] = []
     never = ""  # the never-formed line (mldist.base.joined), decided once for the console and the record
     try:
         while True:
             group = kind(cfg, env, restart=len(failures))
+            group.reform = reforms[-1] if reforms else None
             current.append(group)
             try:
                 group.start()
@@ -102,21 +106,47 @@ def run(cfg: RunConfig) -> int:
                 never = joined.line(joined.read(group.progress), cfg.nprocs) if code == 0 else ""
             finally:
                 group.finish()
-            retry = failure is not None and code != REQUEUE_CODE and not any(s in STOPPING for s in received)
-            if not retry or failure is None:
+            nxt = _next_round(cfg, group, code, failure, failures, reforms, received, env)
+            if nxt is None:
                 break
-            failures.append(failure)
-            if len(failures) > cfg.max_restarts:
-                if cfg.max_restarts:
-                    say(f"giving up after {cfg.max_restarts} restart(s); failures: " + "; ".join(failures))
-                break
-            say(f"restarting the group ({len(failures)} of {cfg.max_restarts}) after: {failure}")
+            cfg = nxt
         return _formed(code, never, env)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
         if record is not None:
-            record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received, never)
+            reformed = [r.record() for r in reforms]
+            record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received, never, reformed)
+
+
+def _next_round(
+    cfg: RunConfig,
+    group: Group,
+    code: int,
+    failure: str | None,
+    failures: list[str],
+    reforms: list[elastic.Reform],
+    received: list[int],
+    env: Mapping[str, str],
+) -> RunConfig | None:
+    """After a round: the next one's config (the same world restarted, or a re-formed elastic one), or
+    None to end. ``failures`` and ``reforms`` grow with each new round."""
+    stopping = any(s in STOPPING for s in received)
+    if failure is None or code == REQUEUE_CODE or stopping:
+        return None
+    failures.append(failure)
+    if cfg.elastic is not None:  # re-form on the hosts that remain, or end
+        seen = group.failed_at or time.monotonic()
+        asked_to_stop = lambda: any(s in STOPPING for s in received)  # noqa: E731
+        nxt, done = elastic.reform(cfg, group.named_lines, env, asked_to_stop, len(reforms), seen)
+        reforms.append(done)
+        return nxt
+    if len(failures) > cfg.max_restarts:
+        if cfg.max_restarts:
+            say(f"giving up after {cfg.max_restarts} restart(s); failures: " + "; ".join(failures))
+        return None
+    say(f"restarting the group ({len(failures)} of {cfg.max_restarts}) after: {failure}")
+    return cfg
 
 
 def _formed(code: int, never: str, env: Mapping[str, str]) -> int:
@@ -140,6 +170,9 @@ def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Re
     env = inherited(cfg)
     decision, kind = launch_plan(cfg, env)
     cfg = dataclasses.replace(cfg, decision=decision)
+    if cfg.elastic is not None:  # the workers' commits of this run, on each host (mldist.horovod.elastic)
+        cfg = dataclasses.replace(cfg, env={**cfg.env, elastic.RUN_ENV: uuid.uuid4().hex[:16]})
+        env = {**env, elastic.RUN_ENV: cfg.env[elastic.RUN_ENV]}
     if cfg.cpu_bind == "none" and not cfg.hosts:  # bound or remote workers size their threads from their CPUs
         note = thread_plan(env, cfg.nprocs).note  # e.g. an OMP_NUM_THREADS=1 inherited from the shell
         if note:
@@ -247,6 +280,7 @@ def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, 
             if first_nonzero is None:
                 first_nonzero = exit_code(code)
             if first_failure is None and deadline is None:
+                group.failed_at = time.monotonic()
                 first_failure = (exit_code(code), group.blame(rank, code, early))
                 say(f"{first_failure[1]}; stopping the other workers")
                 group.signal_all(signal.SIGTERM)

@@ -25,12 +25,14 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
 from ..base.procs import die_with_parent
 from ..errors import LaunchError
 from ..placement.cluster import assign_ports, port_base
+from . import elastic
 from .groups import Group
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import run_env, say
@@ -86,6 +88,8 @@ def forwarded(env: Mapping[str, str], extra: Mapping[str, str], own: Mapping[str
     return [n for n in dict.fromkeys((*FORWARD, *extra, *own, *settings)) if n in env]
 
 
+#: The run's exit code when mpiexec lost a host (it may itself exit with 0).
+LOST_HOST_CODE = 1
 _RANK_LINE = re.compile(rb"\[([0-9]{1,6})\] (.*)", re.DOTALL)
 _FAILED = re.compile(r"\[[0-9]+\] mldist run: (rank [0-9]+ (?:exited with code|was killed by) .*?([0-9]+)\)? on \S+)")
 
@@ -231,8 +235,15 @@ class RemoteGroup(Group):
 
     def _log(self, line: bytes) -> None:
         """Note the first failure a shim names; put the line in its rank's log (with a run directory)."""
-        if self.first is None and (failed := _FAILED.match(line.decode(errors="replace"))):
+        text = line.decode(errors="replace")
+        if self.first is None and (failed := _FAILED.match(text)):
             self.first, self.first_code = failed.group(1), int(failed.group(2))
+        elif self.first is None and (lost := elastic.LOST_DAEMON.search(text)):
+            # mpiexec ends the job, at times with exit code 0: the run failed all the same.
+            host = lost.group(1) or lost.group(2)
+            self.first, self.first_code = f"lost host {host} (mpiexec lost its daemon there)", LOST_HOST_CODE
+        if self.cfg.elastic is not None:
+            self._elastic(text)
         match = _RANK_LINE.fullmatch(line)
         if match is None or not self.cfg.run_dir:
             return
@@ -242,6 +253,16 @@ class RemoteGroup(Group):
             self.logs.append(self.tees[rank])
         with contextlib.suppress(ValueError):
             self.tees[rank].write(match.group(2))
+
+    def _elastic(self, text: str) -> None:
+        """An elastic run: keep the lines that name lost hosts; time the first resume after a re-forming."""
+        if elastic.named_hosts([text]):
+            self.named_lines.append(text)
+        done = self.reform
+        if done is not None and done.resumed_s is None and elastic.RESUMED in text:
+            done.resumed_s = round(time.monotonic() - done.seen_at, 3)
+            lost = f" after losing {', '.join(done.lost)}" if done.lost else " after the failure"
+            say(f"training again {done.resumed_s:.1f} s{lost} ({self.cfg.nprocs} worker(s))")
 
     def drain(self) -> None:
         """Wait (2 s at most) for mpiexec's last lines once it has ended: they name the first failure."""

@@ -103,6 +103,7 @@ def config_record(cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> di
         "network": cfg.network,
         "cpu_bind": cfg.cpu_bind,
         "max_restarts": cfg.max_restarts,
+        "elastic": dataclasses.asdict(cfg.elastic) if cfg.elastic else None,
         "threads": dataclasses.asdict(thread_plan(env, cfg.nprocs)),
         "versions": versions(),
         "command": list(cfg.command),
@@ -218,11 +219,18 @@ class Record:
                 link.symlink_to(log_dir / f"rank-{rank}.log")
 
     def end(
-        self, code: int | None, procs: Sequence[Worker], restarts: int, signals: Sequence[int], never: str = ""
+        self,
+        code: int | None,
+        procs: Sequence[Worker],
+        restarts: int,
+        signals: Sequence[int],
+        never: str = "",
+        reforms: Sequence[Mapping[str, Any]] = (),
     ) -> Path:
         """Write summary.json: how the run ended and what the workers reported; its path.
 
         ``never``: the launcher's line when the workers never formed a group ("" when they did).
+        ``reforms``: an elastic run's re-formings (:class:`mldist.launch.elastic.Reform`), in order.
         """
         error = sys.exc_info()[1]  # set when the launcher itself failed (called from a finally block)
         summary: dict[str, Any] = {
@@ -241,6 +249,8 @@ class Record:
             summary["group"] = {str(rank): how for rank, how in sorted(notes.items())}
         if never:
             summary["never_formed"] = never
+        if self.cfg.elastic is not None:
+            summary["elastic"] = dataclasses.asdict(self.cfg.elastic) | {"reforms": list(reforms)}
         if isinstance(error, MldistError):
             summary["error"] = str(error)
         return write_json(self.path / "summary.json", summary)

@@ -1,0 +1,199 @@
+"""Elastic worlds on hosts: a lost host ends the round, and the workers start again on the others.
+
+``mldist run -H h1:1,h2:1,h3:1 --min-np 2 --max-np 3`` (horovodrun's flags). When a host dies
+or stops answering, mpiexec ends the job (its daemon there is gone, or a rank failed). The
+launcher then asks every host of the round over ssh, with the agent mpiexec uses, whether it
+still answers; the hosts that do not, and the one mpiexec named, are lost. At or above
+``--min-np`` workers on the rest, the world re-forms at once: a new round of mpiexec with
+fresh ports, ``MLDIST_RESTART`` counting up, the ranks numbered anew. The workers' elastic
+state (``hvd.elastic``, ``mldist.keras.Elastic``) resumes from its last commit. Below
+``--min-np`` the launcher asks the lost hosts again every few seconds, up to
+``--elastic-timeout``, then ends with one line. ``--reset-limit`` bounds the re-forms.
+
+This is how torchrun re-forms, and the honest way with MPI: a running MPI world cannot
+drop a rank, so every engine (MPI, RING, JAX) starts anew.
+
+Example:
+    >>> plan((("hx1", 1), ("hx2", 1), ("hx3", 1)), {"hx3"}, min_np=2, max_np=3)
+    ((('hx1', 1), ('hx2', 1)), 2)
+    >>> plan((("hx1", 1), ("hx2", 1)), {"hx2"}, min_np=2, max_np=2) is None
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .config import RunConfig
+from .procs import say
+
+Hosts = tuple[tuple[str, int], ...]
+
+#: mpiexec's lines when it lost its daemon on a host: "Remote daemon: [prterun-x@0,2] on node hx3" (the
+#: daemon stopped answering), or "Remote host:   hx3" (the ssh session that started it ended).
+LOST_DAEMON = re.compile(r"Remote daemon:\s+\S+ on node (\S+)|^\s*Remote host:\s+(\S+)\s*$")
+#: A shim's line naming the host of the first failed rank (mldist.launch.remote_shim).
+FAILED_ON = re.compile(r"mldist run: rank [0-9]+ (?:exited with code|was killed by) .* on (\S+)")
+#: Seconds one reachability probe may take, and between probes while too few hosts answer.
+PROBE_TIMEOUT, PROBE_EVERY = 10.0, 3.0
+
+
+def plan(hosts: Hosts, lost: Iterable[str], min_np: int, max_np: int) -> tuple[Hosts, int] | None:
+    """The next round's hosts and worker count without the ``lost`` ones, or None below ``min_np``.
+
+    Args:
+        hosts: the hosts of the run, in order (rank 0's first).
+        lost: hosts that are gone.
+        min_np, max_np: the elastic bounds.
+    """
+    gone = set(lost)
+    kept = tuple((host, slots) for host, slots in hosts if host not in gone)
+    n = min(sum(slots for _, slots in kept), max_np)
+    return (kept, n) if n >= min_np else None
+
+
+def named_hosts(lines: Iterable[str]) -> list[str]:
+    """Hosts that mpiexec's or a shim's lines name as lost or failed, in order.
+
+    Example:
+        >>> named_hosts(["  Remote daemon: [prterun-vm-33@0,3] on node hx3", "[1] mldist run: rank 1 exited "
+        ...              "with code 3 on hx2; stopping", "[0] epoch 2", "  Remote host:   hx4", "  Local host: vm"])
+        ['hx3', 'hx2', 'hx4']
+    """
+    found: list[str] = []
+    for line in lines:
+        for pattern in (LOST_DAEMON, FAILED_ON):
+            match = pattern.search(line)
+            host = next((g for g in match.groups() if g), "").rstrip(";,") if match else ""
+            if host and host not in found:
+                found.append(host)
+    return found
+
+
+def ssh_agent(env: Mapping[str, str]) -> list[str]:
+    """The command mpiexec reaches the hosts with (Open MPI's ``plm_ssh_agent``), for a probe.
+
+    Example:
+        >>> ssh_agent({"PRTE_MCA_plm_ssh_agent": "ssh -F /t/cfg"})[:3]
+        ['ssh', '-F', '/t/cfg']
+    """
+    agent = env.get("PRTE_MCA_plm_ssh_agent") or env.get("OMPI_MCA_plm_rsh_agent") or "ssh"
+    return [*shlex.split(agent.split(":")[0]), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+
+
+def answering(hosts: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT) -> dict[str, bool]:
+    """Whether each host runs ``true`` over ssh within ``timeout`` (asked in parallel)."""
+    agent, found = ssh_agent(env), {}
+
+    def ask(host: str) -> None:
+        try:
+            argv = [*agent, host, "true"]
+            res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, env=dict(env))
+            found[host] = res.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            found[host] = False
+
+    threads = [threading.Thread(target=ask, args=(host,), daemon=True) for host in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1)
+    return {host: found.get(host, False) for host in hosts}
+
+
+def lost_hosts(hosts: Hosts, said: Iterable[str], env: Mapping[str, str]) -> tuple[list[str], str]:
+    """The hosts of a round that ended in a failure that are lost, and why, in words.
+
+    Hosts that do not answer are lost. When every host answers, the host mpiexec or a shim named
+    first is left out, as Horovod leaves out a host whose worker failed.
+    """
+    named = [h for h in named_hosts(said) if h in {host for host, _ in hosts}]
+    silent = [host for host, ok in answering([h for h, _ in hosts], env).items() if not ok]
+    if silent:
+        return silent, "does not answer over ssh" if len(silent) == 1 else "do not answer over ssh"
+    if named:
+        return named[:1], "its worker failed"
+    return [], ""
+
+
+#: The workers' line once they resumed from a commit in a re-formed world (mldist.horovod.elastic).
+RESUMED = "mldist: elastic: resumed"
+#: An elastic run's id for its workers: where each host keeps their commits.
+RUN_ENV = "MLDIST_ELASTIC_ID"
+
+
+@dataclass
+class Reform:
+    """One re-forming of the world, for the run's summary (``summary.json["elastic"]``).
+
+    Times are seconds on the launcher's clock from the moment it saw the failure.
+    """
+
+    lost: list[str]
+    why: str
+    before: int
+    seen_at: float
+    after: int = 0
+    hosts_checked_s: float = 0.0
+    resumed_s: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("seen_at")  # a monotonic clock's reading: meaningless in a file
+        out["loss_to_resume_s"] = out.pop("resumed_s")
+        return out
+
+
+def reform(
+    cfg: RunConfig,
+    said: Sequence[str],
+    env: Mapping[str, str],
+    stopping: Callable[[], bool],
+    count: int,
+    seen_at: float,
+) -> tuple[RunConfig | None, Reform]:
+    """After a failed round of an elastic run: the next round's config (None: end the run) and its record.
+
+    Args:
+        cfg: the round that failed (its hosts and worker count).
+        said: mpiexec's and the shims' lines that name hosts (:func:`named_hosts`).
+        env: the workers' environment (the ssh agent is mpiexec's).
+        stopping: whether the launcher was asked to stop meanwhile.
+        count: how many times the world re-formed before.
+        seen_at: when the launcher saw the failure (``time.monotonic()``).
+    """
+    assert cfg.elastic is not None
+    elastic, t0 = cfg.elastic, time.monotonic()
+    lost, why = lost_hosts(cfg.hosts, said, env)
+    record = Reform(lost=lost, why=why, before=cfg.nprocs, seen_at=seen_at)
+    if elastic.reset_limit is not None and count >= elastic.reset_limit:
+        say(f"the world re-formed {count} time(s), --reset-limit {elastic.reset_limit}; ending")
+        return None, record
+    lost_words = f"lost host {', '.join(lost)} ({why})" if lost else "a worker failed on a host that still answers"
+    nxt = plan(cfg.hosts, lost, elastic.min_np, elastic.max_np)
+    # A first start that reached no host is a setting to fix (names, keys), not a loss to wait out.
+    never_started = count == 0 and lost == [h for h, _ in cfg.hosts]
+    while nxt is None and time.monotonic() - t0 < elastic.timeout and not stopping() and not never_started:
+        time.sleep(PROBE_EVERY)
+        back = [h for h, ok in answering(lost, env).items() if ok]
+        lost = [h for h in lost if h not in back]
+        nxt = plan(cfg.hosts, lost, elastic.min_np, elastic.max_np)
+    record.hosts_checked_s = round(time.monotonic() - seen_at, 3)
+    if nxt is None:
+        slots = sum(s for h, s in cfg.hosts if h not in lost)
+        say(f"{lost_words}; {slots} slot(s) left, below --min-np {elastic.min_np} after waiting "
+            f"{record.hosts_checked_s:.0f} s (--elastic-timeout {elastic.timeout:g}); ending")  # fmt: skip
+        return None, record
+    hosts, n = nxt
+    record.after = n
+    names = ",".join(h for h, _ in hosts)
+    say(f"{lost_words}; re-forming the world on {names}: {n} worker(s) (--min-np {elastic.min_np})")
+    return dataclasses.replace(cfg, hosts=hosts, nprocs=n), record

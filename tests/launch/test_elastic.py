@@ -1,0 +1,61 @@
+"""An elastic run's decisions after a failed round (mldist.launch.elastic), with a stand-in ssh.
+
+The stand-in answers for the hosts listed in ANSWERING and fails for the others, as ssh does
+for a host whose sshd is gone; tests/launch/test_hosts.py loses a real test host.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from mldist.launch.config import ElasticConfig, RunConfig
+from mldist.launch.elastic import lost_hosts, reform
+
+HOSTS = (("hx1", 1), ("hx2", 1), ("hx3", 1))
+
+
+@pytest.fixture
+def ssh(tmp_path: Path) -> dict[str, str]:
+    """An environment whose ssh agent answers for the hosts in ANSWERING (its last-but-one argument is the host)."""
+    agent = tmp_path / "fake-ssh"
+    agent.write_text('#!/bin/sh\nfor a in "$@"; do prev="$host"; host="$a"; done\n'
+                     'case ",$ANSWERING," in *",$prev,"*) exit 0;; esac\nexit 255\n')  # fmt: skip
+    agent.chmod(agent.stat().st_mode | stat.S_IXUSR)
+    return {"PRTE_MCA_plm_ssh_agent": str(agent), "PATH": os.environ["PATH"]}
+
+
+def _cfg(min_np: int = 2, timeout: float = 0.0, reset_limit: int | None = None) -> RunConfig:
+    elastic = ElasticConfig(min_np=min_np, max_np=3, timeout=timeout, reset_limit=reset_limit)
+    return RunConfig(nprocs=3, command=("python",), hosts=HOSTS, elastic=elastic)
+
+
+def test_a_host_that_does_not_answer_is_lost_else_the_one_named(ssh: dict[str, str]) -> None:
+    said = ["[2] mldist run: rank 2 exited with code 3 on hx2; stopping"]
+    assert lost_hosts(HOSTS, said, {**ssh, "ANSWERING": "hx1,hx2"}) == (["hx3"], "does not answer over ssh")
+    assert lost_hosts(HOSTS, said, {**ssh, "ANSWERING": "hx1,hx2,hx3"}) == (["hx2"], "its worker failed")
+    assert lost_hosts(HOSTS, [], {**ssh, "ANSWERING": "hx1,hx2,hx3"}) == ([], "")
+
+
+def test_the_world_re_forms_on_the_hosts_that_answer(ssh: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    nxt, done = reform(_cfg(), [], {**ssh, "ANSWERING": "hx1,hx2"}, lambda: False, 0, seen_at=0.0)
+    assert nxt is not None and (nxt.hosts, nxt.nprocs) == ((("hx1", 1), ("hx2", 1)), 2)
+    assert (done.lost, done.before, done.after) == (["hx3"], 3, 2)
+    assert "re-forming the world on hx1,hx2: 2 worker(s) (--min-np 2)" in capsys.readouterr().err
+
+
+def test_below_min_np_it_waits_out_the_timeout_then_ends(
+    ssh: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    nxt, done = reform(_cfg(min_np=3), [], {**ssh, "ANSWERING": "hx1,hx2"}, lambda: False, 1, seen_at=0.0)
+    assert nxt is None and done.after == 0
+    assert "2 slot(s) left, below --min-np 3 after waiting" in capsys.readouterr().err
+
+
+def test_the_reset_limit_ends_the_run(ssh: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    nxt, _ = reform(_cfg(reset_limit=1), [], {**ssh, "ANSWERING": "hx1,hx2"}, lambda: False, 1, seen_at=0.0)
+    assert nxt is None
+    assert "the world re-formed 1 time(s), --reset-limit 1; ending" in capsys.readouterr().err
