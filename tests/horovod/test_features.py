@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,12 +70,19 @@ def test_elastic_state_resumes_exactly_after_kill_9(tmp_path: Path) -> None:
     runs the same restart with tf_keras: two launches of 2 workers each save 30 s of CI time.
     """
     env = clean_env(TF_USE_LEGACY_KERAS="0")
+    # The killed run keeps its commits in this host's memory too, as an elastic run does (mldist.checkpoint.commits).
+    shm = tmp_path / "shm"
+    memory = {"MLDIST_ELASTIC_ID": "kill9", "MLDIST_COMMITS_DIR": str(shm)}
     runs, out = {}, {}
     for mode in ("whole", "kill"):
         args = ["run", "-n", "2", "--communication", "mpi", "--max-restarts", "1", "--run-dir", str(tmp_path / mode)]
-        res = check(mldist([*args, "--", PY, str(WORKERS / "hvd_elastic.py"), mode], env=env, timeout=300))
+        argv = [*args, "--", PY, str(WORKERS / "hvd_elastic.py"), mode]
+        res = check(mldist(argv, env={**env, **(memory if mode == "kill" else {})}, timeout=300))
         runs[mode], out[mode] = results(res.stdout), res.stdout
     assert "restarting the group (1 of 1)" in res.stderr
+    assert re.search(r"mldist: elastic: resumed: commit 2 from rank 0, in \S+'s memory; 2 worker", res.stderr)
+    mine = shm / f"mldist-{os.getuid()}"
+    assert mine.stat().st_mode & 0o077 == 0 and not list(mine.rglob("*.pkl"))  # owner-only; gone after the run
     assert [row["restart"] for row in runs["kill"]] == ["1", "1"] and [row["resets"] for row in runs["kill"]] == [
         [2]
     ] * 2

@@ -1,13 +1,16 @@
-"""Horovod's elastic API on a fixed world: commit, restore and resume after a failure.
+"""Horovod's elastic API: commit, and resume after a failure in the same or a re-formed world.
 
-mldist's worlds do not grow or shrink while running (say so to users: docs/horovod.md).
-What Horovod's elastic scripts rely on still holds: ``state.commit()`` keeps a copy of the
-state in memory and on disk (rank 0 writes ``elastic-state.pkl`` in the run directory,
-atomically, owner-only; ``-2``, ``-3``, ... for later ``elastic.run`` calls). When a worker
-fails, ``mldist run --max-restarts K`` (or a requeued batch job) starts every rank again,
-and ``@hvd.elastic.run`` resumes from the last commit: rank 0 reads it, ``sync`` broadcasts
-it, the reset callbacks fire, and the function is called again with the restored state.
-A first start ignores commit files left by earlier runs.
+``state.commit()`` keeps the state in this process's memory (for ``restore``), in every
+host's memory while the run is elastic (``/dev/shm``, :mod:`mldist.checkpoint.commits`:
+the copies outlive the workers) and on disk (rank 0 writes ``elastic-state.pkl`` in the run
+directory, atomically, owner-only; ``-2``, ``-3``, ... for later ``elastic.run`` calls),
+numbered by a sequence. When a worker fails, ``mldist run --max-restarts K`` (a fixed world),
+``mldist run --min-np N`` (an elastic one: it re-forms on the hosts that remain,
+:mod:`mldist.launch.elastic`) or a requeued batch job starts every rank again, and
+``@hvd.elastic.run`` resumes from the newest commit any rank still holds: that rank loads it,
+``sync`` broadcasts it, the reset callbacks fire (rescale the learning rate to the new
+``hvd.size()`` there, as Horovod's examples do), and the function is called again with the
+restored state. A first start ignores commit files left by earlier runs.
 
 Example::
 
@@ -28,16 +31,18 @@ import copy
 import functools
 import os
 import pickle
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..base.files import atomic_write
+from ..checkpoint import commits
 from ..runtime import compat
 from . import basics
 from .common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
-from .objects import broadcast_object, broadcast_variables
+from .objects import allgather_object, broadcast_object, broadcast_variables
 
 __all__ = [
     "HorovodInternalError",
@@ -51,6 +56,8 @@ __all__ = [
     "state_path",
 ]
 STATE_FILE = "elastic-state.pkl"
+#: The line rank 0 prints once it resumed in an elastic run (mldist.launch.elastic.RESUMED: the launcher times it).
+RESUMED = "mldist: elastic: resumed"
 
 
 def state_path(env: dict[str, str] | None = None, number: int = 1) -> Path:
@@ -87,6 +94,9 @@ class State(ABC):
     def __init__(self) -> None:
         self._reset_callbacks: list[Callable[[], None]] = []
         self._path = state_path()
+        self._number = 1  # which elastic.run of the script this state serves
+        self._seq = 0  # commits so far, over every start of the run
+        self._root = 0  # the rank sync() takes the state from: the one that loaded the newest commit
 
     def register_reset_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
         """Functions called after the state was restored from a commit (after a restart)."""
@@ -97,10 +107,17 @@ class State(ABC):
             callback()
 
     def commit(self) -> None:
-        """Keep the state: in memory for :meth:`restore`, and on disk (rank 0) for a restarted job."""
+        """Keep the state: in memory for :meth:`restore`, in this host's memory in an elastic run (its first
+        worker), and on disk (rank 0) for a restarted job."""
         self.save()
-        if basics.rank() == 0:
-            atomic_write(self._path, pickle.dumps(self.snapshot()), mode=0o600)
+        self._seq += 1
+        here = commits.host_copy(os.environ, self._number)
+        local_first, first = basics.local_rank() == 0 and here is not None, basics.rank() == 0
+        snapshot = self.snapshot() if local_first or first else None
+        if local_first and here is not None:
+            commits.write(here, self._seq, snapshot)
+        if first:
+            atomic_write(self._path, pickle.dumps({"seq": self._seq, "state": snapshot}), mode=0o600)
         # A collective, as Horovod's commit is: no rank leaves it before rank 0 has the state on
         # disk, so a rank that dies right after its commit restarts from this commit, not the one before.
         broadcast_object(None, root_rank=0)
@@ -111,14 +128,32 @@ class State(ABC):
         return None  # a real method, not an abstract one: subclasses need not override it
 
     def resume(self, number: int = 1) -> bool:
-        """After a restart, on rank 0, load the last commit of the ``number``-th ``elastic.run``;
-        whether it did (collective). A first start ignores files left by earlier runs."""
-        self._path = state_path(number=number)
-        found = basics.rank() == 0 and restarted() and self._path.is_file()
-        if found:
-            self.load(pickle.loads(self._path.read_bytes()))
+        """After a restart, load the newest commit of the ``number``-th ``elastic.run`` that any rank
+        holds (the lowest such rank loads it; :meth:`sync` spreads it); whether one was found
+        (collective). A first start ignores files left by earlier runs."""
+        self._path, self._number = state_path(number=number), number
+        if not restarted():
+            return False
+        held = [(commits.read(commits.host_copy(os.environ, number)), f"in {commits.host_name(os.environ)}'s memory")]
+        if basics.rank() == 0:
+            held.append((commits.read(self._path), f"on disk ({self._path})"))
+        found = [(got[0], got[1], where) for got, where in held if got is not None]
+        seq, state, where = max(found, key=lambda f: f[0]) if found else (-1, None, "")
+        seen = allgather_object((seq, where))
+        root = commits.newest(seen)
+        if root is None:
+            return False
+        if basics.rank() == root and state is not None:
+            self.load(state)
             self.save()
-        return bool(broadcast_object(found, root_rank=0))
+        self._root, self._seq = root, seen[root][0]
+        if basics.rank() == 0 and commits.folder(os.environ) is not None:  # elastic: the launcher times this line
+            print(
+                f"{RESUMED}: commit {self._seq} from rank {root}, {seen[root][1]}; {basics.size()} worker(s)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return True
 
     @abstractmethod
     def save(self) -> None:
@@ -130,7 +165,7 @@ class State(ABC):
 
     @abstractmethod
     def sync(self) -> None:
-        """Every rank takes rank 0's state."""
+        """Every rank takes the state of rank 0, or of the rank that loaded the newest commit."""
 
     @abstractmethod
     def snapshot(self) -> dict[str, Any]:
@@ -167,8 +202,8 @@ class ObjectState(State):
             setattr(self, name, value)
 
     def sync(self) -> None:
-        """Every rank takes rank 0's values."""
-        for name, value in broadcast_object(self._values(), root_rank=0).items():
+        """Every rank takes the root's values (rank 0's, or the rank's that loaded the newest commit)."""
+        for name, value in broadcast_object(self._values(), root_rank=self._root).items():
             setattr(self, name, value)
         self.save()
 
@@ -212,7 +247,7 @@ class TensorFlowState(ObjectState):
 
     def sync(self) -> None:
         if self._variables():
-            broadcast_variables(self._variables(), root_rank=0)
+            broadcast_variables(self._variables(), root_rank=self._root)
         super().sync()
 
     def snapshot(self) -> dict[str, Any]:
@@ -246,7 +281,7 @@ class TensorFlowKerasState(TensorFlowState):
     def sync(self) -> None:
         """Every rank takes rank 0's weights, optimizer slots (built everywhere if rank 0 has them) and values."""
         optimizer = self.optimizer or getattr(self.model, "optimizer", None)
-        if optimizer is not None and broadcast_object(_built(optimizer), root_rank=0):
+        if optimizer is not None and broadcast_object(_built(optimizer), root_rank=self._root):
             _build(optimizer, self.model)
         super().sync()
 
@@ -293,8 +328,13 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
         _RUNS[0] += 1
         resumed = state.resume(_RUNS[0])
         state.sync()
+        state._root = 0
         if resumed:
             state.on_reset()
-        return func(state, *args, **kwargs)
+        out = func(state, *args, **kwargs)
+        broadcast_object(None, root_rank=0)  # every rank is done with the commits before they go
+        if basics.local_rank() == 0:
+            commits.remove(commits.host_copy(os.environ, _RUNS[0]))
+        return out
 
     return wrapper
