@@ -4,7 +4,9 @@
 modules) in the format of :mod:`.format` on rank 0 and keeps the newest ``keep``.
 On restore rank 0 picks the newest checkpoint that passes its checks and fits the
 variables (a damaged one is named in a one-line warning and skipped) and broadcasts
-it to the other ranks.
+it to the other ranks. With ``copies`` (an elastic world's commits, :class:`mldist.keras.Elastic`)
+the first worker of every host keeps a copy there too (in memory: ``/dev/shm``), and on
+restore the lowest rank that holds the newest checkpoint of all is the one that reads it.
 
 Example::
 
@@ -24,9 +26,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import runtime
 from ..errors import CheckpointError
-from ..runtime import broadcast
+from ..runtime import allgather, broadcast
+from . import commits
 from .format import ExtraCheck, _dtype, _warn, checkpoints, latest_valid, versions, write_checkpoint
 
 
@@ -59,6 +64,8 @@ class CheckpointManager:
         keep: how many of the newest checkpoints to keep (older ones are deleted).
         check_extra: on restore, what is wrong with a candidate's ``extra`` (None: nothing); a
             checkpoint with a fault is skipped as damaged.
+        copies: a folder on every host where its first worker keeps a copy of each checkpoint too,
+            or None (only rank 0's ``directory``).
 
     Example::
 
@@ -67,12 +74,21 @@ class CheckpointManager:
         mgr.save(step, model=model, optimizer=opt)
     """
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 3, check_extra: ExtraCheck | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        keep: int = 3,
+        check_extra: ExtraCheck | None = None,
+        copies: Path | None = None,
+    ) -> None:
         if keep < 1:
             raise CheckpointError(f"keep={keep}: keep at least 1 checkpoint")
         self.directory = Path(directory)
         self.keep = keep
         self.check_extra = check_extra
+        self.copies = copies
+        #: Where the checkpoint last restored was read: "disk", a host's name, or "" (none).
+        self.restored_from = ""
         #: The ``extra`` dict of the checkpoint last restored (empty if none).
         self.restored_extra: dict[str, Any] = {}
 
@@ -85,7 +101,10 @@ class CheckpointManager:
             objects: name -> model, optimizer, module or variables.
         """
         ctx = runtime.init()
-        if not ctx.is_chief:
+        places = [self.directory] if ctx.is_chief else []
+        if self.copies is not None and ctx.local_rank == 0:
+            places.append(self.copies)
+        if not places:
             return None
         arrays: dict[str, Any] = {}
         shapes: dict[str, list[list[Any]]] = {}
@@ -94,10 +113,15 @@ class CheckpointManager:
             shapes[name] = [[list(a.shape), str(a.dtype)] for a in values]
             arrays.update({f"{name}.{i}": a for i, a in enumerate(values)})
         manifest = {"extra": extra or {}, "objects": shapes, "size": ctx.size, "versions": versions()}
-        path = write_checkpoint(self.directory, step, arrays, manifest)
-        for _old_step, old in checkpoints(self.directory)[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
-        return path
+        disk = None
+        for place in places:
+            if place == self.copies:
+                commits.own_folder(place)
+            path = write_checkpoint(place, step, arrays, manifest)
+            disk = path if place == self.directory else disk
+            for _old_step, old in checkpoints(place)[: -self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        return disk
 
     def restore(self, **objects: Any) -> int:
         """Load the newest valid checkpoint into ``objects`` on every rank; its step, or 0 if none.
@@ -105,50 +129,64 @@ class CheckpointManager:
         Args:
             objects: the same names as given to :meth:`save`.
         """
-        import numpy as np
-
         ctx = runtime.init()
         variables = {name: variables_of(obj) for name, obj in objects.items()}
-        header, arrays = "", {}
-        if ctx.is_chief:
-            model = {n: [[[*map(int, v.shape)], _dtype_name(v.dtype)] for v in vs] for n, vs in variables.items()}
-            try:
-                found = latest_valid(self.directory, model, self.check_extra)
-            except CheckpointError as exc:
-                found, header = None, json.dumps({"error": str(exc)})  # every rank raises it, none waits forever
-            if found is not None:
-                header, arrays = json.dumps({"step": found[0]["step"], "extra": found[0]["extra"]}), found[1]
-            elif not header and checkpoints(self.directory):
-                _warn(f"no usable checkpoint in {self.directory}; starting from step 0")
+        model = {n: [[[*map(int, v.shape)], _dtype_name(v.dtype)] for v in vs] for n, vs in variables.items()}
+        header, arrays, where = self._newest(ctx.is_chief, model)
+        root = 0
+        if self.copies is not None and ctx.size > 1:  # the lowest rank that holds the newest checkpoint reads it
+            step = json.loads(header)["step"] if header and "step" in header else -1
+            steps = [int(s) for s in np.asarray(allgather(np.array([step], np.int64))).ravel()]
+            root = commits.newest([(s, None) for s in steps]) or 0
         if ctx.size > 1:
-            header = _broadcast_text(header)
+            header = _broadcast_text(header, root)
+            where = _broadcast_text(where, root)
         if not header:
-            self.restored_extra = {}
+            self.restored_extra, self.restored_from = {}, ""
             return 0
         info = json.loads(header)
         if "error" in info:
             raise CheckpointError(info["error"])
         flat = [v for name in variables for v in variables[name]]
-        if ctx.is_chief:
+        if ctx.rank == root:
             values = [arrays[f"{name}.{i}"] for name in variables for i in range(len(variables[name]))]
         else:
             values = [np.zeros(tuple(v.shape), _dtype(_dtype_name(v.dtype))) for v in flat]
         if ctx.size > 1 and flat:
-            values = [np.asarray(t) for t in broadcast(values, root=0)]
+            values = [np.asarray(t) for t in broadcast(values, root=root)]
         for var, value in zip(flat, values, strict=True):
             var.assign(value)
-        self.restored_extra = info["extra"]
+        self.restored_extra, self.restored_from = info["extra"], where
         return int(info["step"])
 
+    def _newest(self, chief: bool, model: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+        """(header, arrays, where) of the newest valid checkpoint this rank can read: its host's copy,
+        rank 0 also the disk; header "" for none, or the JSON of an error every rank raises."""
+        places = [(self.copies, commits.host_name(os.environ))] if self.copies is not None else []
+        places += [(self.directory, "disk")] if chief else []
+        best: tuple[str, dict[str, Any], str] = ("", {}, "")
+        step = -1
+        for place, where in places:
+            try:
+                found = latest_valid(place, model, self.check_extra)
+            except CheckpointError as exc:
+                if place == self.directory:  # every rank raises it, none waits forever
+                    return json.dumps({"error": str(exc)}), {}, where
+                continue  # a host's copy of another model: the disk decides
+            if found is not None and int(found[0]["step"]) > step:
+                step = int(found[0]["step"])
+                best = (json.dumps({"step": step, "extra": found[0]["extra"]}), found[1], where)
+            elif found is None and place == self.directory and checkpoints(place) and step < 0:
+                _warn(f"no usable checkpoint in {place}; starting from step 0")
+        return best
 
-def _broadcast_text(text: str) -> str:
-    """Rank 0's ``text`` on every rank (length first, then the bytes as int32)."""
-    import numpy as np
 
+def _broadcast_text(text: str, root: int = 0) -> str:
+    """``root``'s ``text`` on every rank (length first, then the bytes as int32)."""
     data = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)
-    n = int(broadcast(np.array(len(data), np.int64), root=0))
-    mine = data if runtime.is_chief() else np.zeros(n, np.int32)
+    n = int(broadcast(np.array(len(data), np.int64), root=root))
+    mine = data if runtime.rank() == root else np.zeros(n, np.int32)
     if n == 0:
         return ""
-    got = np.asarray(broadcast(mine, root=0))
+    got = np.asarray(broadcast(mine, root=root))
     return bytes(got.astype(np.uint8).tolist()).decode()

@@ -21,6 +21,7 @@ from .callbacks import (
     scale_lr,
 )
 from .checkpoint import Checkpoint, single_process
+from .elastic import Elastic
 from .optimizer import DistributedOptimizer
 from .profile import ProfileSteps
 from .runlog import RunLog
@@ -30,6 +31,7 @@ __all__ = [
     "BroadcastInitialState",
     "Checkpoint",
     "DistributedOptimizer",
+    "Elastic",
     "LearningRateWarmup",
     "ProfileSteps",
     "RunLog",
