@@ -197,7 +197,7 @@ def wait_for_progress(folder: Path, ranks: int, timeout: float) -> None:
     wait_for(ready, timeout, f"{ranks} ranks' progress records in {folder}")
 
 
-def start_service(script: Path, needs: str, export: str) -> str:
+def start_service(script: Path, needs: str, export: str, env: dict[str, str] | None = None) -> str:
     """``bash SCRIPT start`` for a test service that needs root; the value its last line exports.
 
     Without root the test skips, naming ``needs``; with CI=true that, or a service that does not
@@ -207,13 +207,16 @@ def start_service(script: Path, needs: str, export: str) -> str:
         script: scripts/slurm-cluster.sh, scripts/test-hosts.sh, ...
         needs: what root is needed for, for the message.
         export: the variable of the script's last line, ``export NAME=VALUE``.
+        env: the script's knobs (e.g. ``MLDIST_HOSTS``), over this process's environment.
     """
     if os.geteuid() != 0:
         reason = f"{script.name} needs root ({needs})"
         if os.environ.get("CI") == "true":
             pytest.fail(reason + "; CI must run these tests")
         pytest.skip(reason)
-    res = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        ["bash", str(script), "start"], capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})}
+    )
     if res.returncode != 0:
         pytest.fail(f"{script.name} start failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
     return res.stdout.strip().splitlines()[-1].removeprefix(f"export {export}=")

@@ -8,7 +8,9 @@ skip with the reason; with CI=true hosts that cannot start are a failure.
 from __future__ import annotations
 
 import json
+import pickle
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -23,12 +25,13 @@ from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, start_
 
 pytestmark = pytest.mark.slow
 SCRIPT = ROOT / "scripts" / "test-hosts.sh"
+HOSTS = {"MLDIST_HOSTS": "3"}  # the elastic test loses hx3; the others use hx1 and hx2
 
 
 @pytest.fixture(scope="module")
 def hosts_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """An environment whose mpiexec reaches the test hosts hx1 and hx2 over ssh."""
-    config = start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG")
+    """An environment whose mpiexec reaches the test hosts hx1, hx2 and hx3 over ssh."""
+    config = start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG", HOSTS)
     runs = tmp_path_factory.mktemp("runs")
     yield clean_env(PRTE_MCA_plm_ssh_agent=f"ssh -F {config}", MLDIST_RUNS_DIR=str(runs))
     stop_service(SCRIPT)
@@ -147,3 +150,82 @@ def test_the_keras_guide_forms_one_group_across_hosts(hosts_env: dict[str, str],
     res = check(mldist(args, env={**hosts_env, "KERAS_BACKEND": "jax"}, timeout=240))
     assert [(r["processes"], r["devices"]) for r in results(res.stdout)] == [(2, 2), (2, 2)], tail(res)
     assert np.array_equal(np.load(tmp_path / "weights-0.npy"), np.load(tmp_path / "weights-1.npy"))
+
+
+def _kill_host(index: int) -> None:
+    """Every process of test host hx<index> (its sshd, Open MPI's daemon, the shim, the worker), with SIGKILL."""
+    pids = subprocess.run(["ip", "netns", "pids", f"mld-hx{index}"], capture_output=True, text=True).stdout.split()
+    assert pids, f"nothing runs on hx{index}"
+    subprocess.run(["kill", "-KILL", *pids], check=False)
+
+
+def _watch(argv: list[str], env: dict[str, str], until: str, then: Any) -> tuple[int, list[tuple[float, str]]]:
+    """Run ``argv``; call ``then()`` once a line holds ``until``; every line with the time it came."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[tuple[float, str]] = []
+    assert proc.stdout is not None
+    done = False
+    for line in proc.stdout:
+        lines.append((time.monotonic(), line.rstrip("\n")))
+        if not done and until in line:
+            then()
+            lines.append((time.monotonic(), "TEST: killed"))
+            done = True
+    return proc.wait(timeout=60), lines
+
+
+@pytest.mark.parametrize("api", ["hvd", "keras"])
+def test_a_lost_host_re_forms_the_world_on_the_others(hosts_env: dict[str, str], tmp_path: Path, api: str) -> None:
+    """Every process of hx3 killed during epoch 2 of a 3-host elastic run: it goes on with 2 workers from
+    the last commit, and ends with the weights of a 2-host run started from that commit. Horovod's
+    hvd.elastic (elastic_fit.py) and mldist's own mldist.keras.Elastic (elastic_keras.py)."""
+    worker = WORKERS / ("elastic_fit.py" if api == "hvd" else "elastic_keras.py")
+    elastic, reference = tmp_path / "elastic", tmp_path / "reference"
+    elastic.mkdir(), reference.mkdir()
+    args = ["-m", "mldist", "run", "-H", "hx1:1,hx2:1,hx3:1", "--min-np", "2", "--run-dir", str(elastic / "run")]
+    try:
+        code, lines = _watch([PY, *args, "--", PY, str(worker), str(elastic)], hosts_env, "EPOCH 2 BEGIN 3", _kill_hx3)
+    finally:
+        start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG", HOSTS)  # hx3 back
+    text = "\n".join(line for _, line in lines)
+    assert code == 0, text[-4000:]
+    killed = next(t for t, line in lines if line == "TEST: killed")
+    resumed = next(t for t, line in lines if t > killed and "FIRST STEP" in line)
+    print(f"{api}: from the kill of hx3 to the first step on 2 hosts: {resumed - killed:.1f} s")
+    assert "lost host hx3 (does not answer over ssh); re-forming the world on hx1,hx2: 2 worker(s)" in text, text
+    assert re.search(r"mldist run: training again [0-9.]+ s after losing hx3 \(2 worker\(s\)\)", text), text
+    assert "EPOCH 4 BEGIN 2" in text and "DONE 0 2" in text, text
+    (reform,) = json.loads((elastic / "run" / "summary.json").read_text())["elastic"]["reforms"]
+    assert (reform["lost"], reform["before"], reform["after"]) == (["hx3"], 3, 2)
+    assert 0 < reform["loss_to_resume_s"] < 120, reform
+    # A world of hx1 and hx2 started from the commit the elastic run resumed from ends with the same weights.
+    (_prepare_hvd_reference if api == "hvd" else _prepare_keras_reference)(lines, killed, elastic, reference)
+    ref = ["run", "-H", "hx1:1,hx2:1", "--no-run-dir", "--", PY, str(worker), str(reference), "reference"]
+    res = check(mldist(ref, env={**hosts_env, "STEP_S": "0"}, timeout=240))
+    got, want = np.load(elastic / "final.npy"), np.load(reference / "final.npy")
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+    if api == "keras":  # scale_lr's rate for 2 workers, set again after the resume (the commit held 3's)
+        assert "[0] LR 0.04" in text and "[0] LR 0.04" in res.stdout, text
+
+
+def _kill_hx3() -> None:
+    _kill_host(3)
+
+
+def _prepare_hvd_reference(lines: list[tuple[float, str]], killed: float, elastic: Path, reference: Path) -> None:
+    """hvd: the state the reset callback saved; it is the last commit made before the kill."""
+    commits = [line.split() for t, line in lines if t < killed and line.startswith("[0] COMMIT")]
+    state = pickle.loads((elastic / "resumed.pkl").read_bytes())
+    assert commits and state["values"]["epoch"] == int(commits[-1][3]), commits
+    shutil.copy(elastic / "resumed.pkl", reference / "resumed.pkl")
+
+
+def _prepare_keras_reference(lines: list[tuple[float, str]], killed: float, elastic: Path, reference: Path) -> None:
+    """mldist.keras.Elastic: rank 0's commits on disk, without those made after the one it resumed from."""
+    said = next(line for t, line in lines if t > killed and "mldist: elastic: resumed: step" in line)
+    step = int(re.search(r"step ([0-9]+) from (\S+)", said).group(1))  # type: ignore[union-attr]
+    assert re.search(r"from hx[12];", said), said  # a host's memory copy, not the disk
+    shutil.copytree(elastic / "run" / "elastic", reference / "elastic")
+    for ckpt in (reference / "elastic").glob("ckpt-*"):
+        if int(ckpt.name.split("-")[1]) > step:
+            shutil.rmtree(ckpt)

@@ -1,0 +1,87 @@
+"""Worker: Horovod's elastic Keras loop in a world that loses a host (tests/launch/test_hosts.py).
+
+Usage: elastic_fit.py OUT [reference]
+
+Each rank fits a small model (SGD with momentum: its slots must come back too) on its shard
+(rank::size) of one fixed dataset, an epoch per ``fit``, a commit after each. Rank 0 prints
+``EPOCH e BEGIN size``, ``COMMIT seq epoch checksum`` and, once after a resume, ``FIRST STEP``.
+After a re-forming the reset callback writes the restored state to OUT/resumed.pkl (rank 0).
+``reference`` starts from that state in a fixed world and trains the rest alike: the
+re-formed world must end where such a world ends. Rank 0 writes OUT/final.npy at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+import mldist.horovod.tensorflow.keras as hvd
+
+hvd.init()
+keras = tf.keras
+out, mode = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "elastic"
+EPOCHS, STEP_S = 5, float(os.environ.get("STEP_S", "0.4"))
+rng = np.random.default_rng(0)
+X = rng.random((96, 4)).astype(np.float32)
+Y = X @ rng.random((4, 1)).astype(np.float32)
+init = keras.initializers.GlorotUniform
+model = keras.Sequential(
+    [
+        keras.Input((4,)),
+        keras.layers.Dense(8, activation="tanh", kernel_initializer=init(1)),
+        keras.layers.Dense(1, kernel_initializer=init(2)),
+    ]
+)
+model.compile(hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)), "mse")
+state = hvd.elastic.KerasState(model, epoch=0)
+first_step = [False]
+
+
+def checksum() -> float:
+    return float(sum(np.abs(w).sum() for w in model.get_weights()))
+
+
+def on_reset() -> None:
+    first_step[0] = True
+    if hvd.rank() == 0:
+        (out / "resumed.pkl").write_bytes(pickle.dumps(state.snapshot()))
+
+
+class Pace(keras.callbacks.Callback):  # type: ignore[misc]
+    """A slow step, so that a host dies inside an epoch; the first step after a resume, said once."""
+
+    def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+        if first_step[0] and hvd.rank() == 0:
+            print("FIRST STEP", flush=True)
+        first_step[0] = False
+        time.sleep(STEP_S)
+
+
+def epochs(state: hvd.elastic.KerasState, commit: bool) -> None:
+    for epoch in range(state.epoch, EPOCHS):
+        if hvd.rank() == 0:
+            print(f"EPOCH {epoch} BEGIN {hvd.size()}", flush=True)
+        x, y = X[hvd.rank() :: hvd.size()], Y[hvd.rank() :: hvd.size()]
+        state.model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False, callbacks=[Pace()])
+        state.epoch = epoch + 1
+        if commit:
+            state.commit()
+            if hvd.rank() == 0:
+                print(f"COMMIT {state._seq} {state.epoch} {checksum():.8f}", flush=True)
+
+
+state.register_reset_callbacks([on_reset])
+if mode == "reference":
+    state.load(pickle.loads((out / "resumed.pkl").read_bytes()))
+    epochs(state, commit=False)
+else:
+    hvd.elastic.run(lambda s: epochs(s, commit=True))(state)
+if hvd.rank() == 0:
+    np.save(out / "final.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
+print("DONE", hvd.rank(), hvd.size(), flush=True)
