@@ -26,8 +26,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .. import runtime
 from ..errors import CheckpointError
 from ..runtime import allgather, broadcast
@@ -129,6 +127,8 @@ class CheckpointManager:
         Args:
             objects: the same names as given to :meth:`save`.
         """
+        import numpy as np  # mldist without extras (no numpy) imports this module
+
         ctx = runtime.init()
         variables = {name: variables_of(obj) for name, obj in objects.items()}
         model = {n: [[[*map(int, v.shape)], _dtype_name(v.dtype)] for v in vs] for n, vs in variables.items()}
@@ -183,6 +183,8 @@ class CheckpointManager:
 
 def _broadcast_text(text: str, root: int = 0) -> str:
     """``root``'s ``text`` on every rank (length first, then the bytes as int32)."""
+    import numpy as np
+
     data = np.frombuffer(text.encode(), dtype=np.uint8).astype(np.int32)
     n = int(broadcast(np.array(len(data), np.int64), root=root))
     mine = data if runtime.rank() == root else np.zeros(n, np.int32)
