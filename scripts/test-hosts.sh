@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test-hosts.sh - throw-away "hosts" on this machine for multi-host tests (mldist run -H, mpirun --host).
 #
-# usage: bash scripts/test-hosts.sh start|stop|status
+# usage: bash scripts/test-hosts.sh start|stop|status|revive N
 #   start   idempotent; installs openssh-server if missing, then makes N hosts hx1..hxN: each a
 #           network namespace with its own address on a private bridge, its own host name (a
 #           UTS namespace) and its own sshd that accepts one key. The host's /etc/hosts names
@@ -9,6 +9,7 @@
 #           (an ssh -F file: `ssh -F "$MLDIST_TEST_SSH_CONFIG" hx1 hostname` prints hx1).
 #   stop    stops the sshds, removes the namespaces, the bridge and the /etc/hosts lines
 #   status  exit 0 if every host answers over ssh, 1 if not
+#   revive N  host hxN again (after a test killed its processes), the other hosts untouched
 #
 # Knobs (environment):
 #   MLDIST_HOSTS_DIR   keys, configs, pid files, logs   [/tmp/mldist-hosts]
@@ -155,14 +156,29 @@ cmd_start() {
   echo "export MLDIST_TEST_SSH_CONFIG=$D/ssh_config"
 }
 
+cmd_revive() {  # cmd_revive INDEX: hx<INDEX> again after a test killed it; the other hosts untouched
+  local i="$1" n
+  [[ "$i" =~ ^[1-9]$ ]] || die "revive: give a host number 1..9 (got '$i')"
+  [ -s "$D/ssh_config" ] || die "revive: the test hosts were never started ('start' first)"
+  n="$(ns "$i")"
+  ip netns pids "$n" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+  ip netns del "$n" 2>/dev/null || true
+  ip link del "$n-h" 2>/dev/null || true
+  start_host "$i"
+  for _ in $(seq 1 50); do answers "$i" && break; sleep 0.2; done
+  answers "$i" || die "hx$i does not answer over ssh after revive"
+  log "hx$i up again"
+}
+
 main() {
-  [ "$#" -eq 1 ] || { echo "[$ME] usage: bash scripts/$ME start|stop|status" >&2; exit 2; }
+  [ "$#" -ge 1 ] && [ "$#" -le 2 ] || { echo "[$ME] usage: bash scripts/$ME start|stop|status|revive N" >&2; exit 2; }
   check_knobs
   case "$1" in
     start) cmd_start ;;
     stop) need_root; cmd_stop; log "stopped" ;;
     status) [ -s "$D/ssh_config" ] && all_answer ;;
-    *) echo "[$ME] unknown sub-command '$1' (usage: start|stop|status)" >&2; exit 2 ;;
+    revive) need_root; cmd_revive "${2:-}" ;;
+    *) echo "[$ME] unknown sub-command '$1' (usage: start|stop|status|revive N)" >&2; exit 2 ;;
   esac
 }
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 #: Exit code (EX_TEMPFAIL) of workers that saved a checkpoint and ask to be started again.
 REQUEUE_CODE = 75
+#: Exit code of elastic workers that left at a commit so that the world re-forms with the hosts that joined.
+REFORM_CODE = 76
 
 
 class MldistError(Exception):

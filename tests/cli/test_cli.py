@@ -102,7 +102,9 @@ def test_grace_means_the_same_in_run_and_submit_and_its_help_tells_the_real_defa
         (["run", "-H", "n7:1,n8:1", "--min-np", "2", "--max-np", "1", "--", "true"], "give 1 <= --min-np <= --max"),
         (["run", "-H", "n7:1,n8:1", "--min-np", "1", "--max-restarts", "1", "--", "true"], "--reset-limit bounds"),
         (["run", "-H", "n7:1,n8:1", "--min-np", "1", "--elastic-timeout", "x", "--", "true"], "not a number"),
-        (["run", "-H", "n7:1,n8:1", "--host-discovery-script", "d.sh", "--", "true"], "not supported yet"),
+        (["run", "-H", "n7:1,n8:1", "--host-discovery-script", "/nonexistent", "--", "true"], "not an executable"),
+        (["run", "--host-discovery-script", "/bin/false", "--", "true"], "'/bin/false' exited with 1"),
+        (["run", "-H", "n7:1", "--host-discovery-script", "/bin/true", "--no-run-dir", "--", "true"], "--no-run-dir"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
+from mldist.base import rejoin
 from mldist.launch.config import ElasticConfig, RunConfig
-from mldist.launch.elastic import lost_hosts, reform
+from mldist.launch.elastic import DISCOVER_EVERY, Watch, grow, lost_hosts, reform
 
 HOSTS = (("hx1", 1), ("hx2", 1), ("hx3", 1))
 
@@ -59,3 +61,44 @@ def test_the_reset_limit_ends_the_run(ssh: dict[str, str], capsys: pytest.Captur
     nxt, _ = reform(_cfg(reset_limit=1), [], {**ssh, "ANSWERING": "hx1,hx2"}, lambda: False, 1, seen_at=0.0)
     assert nxt is None
     assert "the world re-formed 1 time(s), --reset-limit 1; ending" in capsys.readouterr().err
+
+
+def _discovery(tmp_path: Path, hosts: str) -> str:
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\nprintf '{hosts}'\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_listed_host_that_answers_raises_the_workers_flag(ssh: dict[str, str], tmp_path: Path) -> None:
+    """During a round of hx1 and hx2, the discovery script lists hx3 too: once hx3 answers, the flag the
+    workers read at their next commit (mldist.base.rejoin) appears, naming it."""
+    discovery = _discovery(tmp_path, "hx1\\nhx2\\nhx3\\n")
+    elastic = ElasticConfig(min_np=2, max_np=3, timeout=0, discovery=discovery)
+    cfg = RunConfig(nprocs=2, command=("python",), hosts=HOSTS[:2], elastic=elastic, run_dir=str(tmp_path / "run"))
+    flag = rejoin.flag({"MLDIST_RUN_DIR": str(tmp_path / "run"), rejoin.RUN_ENV: "e1", "MLDIST_RESTART": "1"})
+    assert flag is not None
+    watch = Watch(cfg, {**ssh, "ANSWERING": "hx1,hx2"}, 1)  # hx3 listed but silent: no flag
+    watch.start()
+    time.sleep(2 * DISCOVER_EVERY + 1)
+    watch.stop()
+    assert not flag.exists()
+    watch = Watch(cfg, {**ssh, "ANSWERING": "hx1,hx2,hx3"}, 1)
+    watch.start()
+    deadline = time.monotonic() + 4 * DISCOVER_EVERY
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    watch.stop()
+    assert flag.read_text() == "hx3\n" and flag.stat().st_mode & 0o077 == 0
+
+
+def test_the_world_grows_on_every_listed_host_that_answers(
+    ssh: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elastic = ElasticConfig(min_np=2, max_np=3, timeout=0, discovery=_discovery(tmp_path, "hx1:1\\nhx2:1\\nhx3:1\\n"))
+    cfg = RunConfig(nprocs=2, command=("python",), hosts=HOSTS[:2], elastic=elastic, run_dir=str(tmp_path))
+    nxt, done = grow(cfg, {**ssh, "ANSWERING": "hx1,hx2,hx3"}, 1, seen_at=0.0)
+    assert nxt is not None and (nxt.hosts, nxt.nprocs) == (HOSTS, 3)
+    assert (done.joined, done.before, done.after) == (["hx3"], 2, 3)
+    said = capsys.readouterr().err
+    assert "host(s) hx3 joined; re-forming the world on hx1,hx2,hx3: 3 worker(s) (--max-np 3)" in said

@@ -159,73 +159,134 @@ def _kill_host(index: int) -> None:
     subprocess.run(["kill", "-KILL", *pids], check=False)
 
 
-def _watch(argv: list[str], env: dict[str, str], until: str, then: Any) -> tuple[int, list[tuple[float, str]]]:
-    """Run ``argv``; call ``then()`` once a line holds ``until``; every line with the time it came."""
+def _revive_host(index: int) -> None:
+    """hx<index> up again (its namespace and sshd), the other hosts untouched."""
+    res = subprocess.run(["bash", str(SCRIPT), "revive", str(index)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+
+
+Event = tuple[str, Any]
+
+
+def _watch(argv: list[str], env: dict[str, str], events: list[Event]) -> tuple[int, list[tuple[float, str]]]:
+    """Run ``argv``; at the first line holding each event's text (in order) call its action; every line
+    with the time it came, and ``TEST: <text>`` lines where an action ran."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[tuple[float, str]] = []
     assert proc.stdout is not None
-    done = False
+    pending = list(events)
     for line in proc.stdout:
         lines.append((time.monotonic(), line.rstrip("\n")))
-        if not done and until in line:
-            then()
-            lines.append((time.monotonic(), "TEST: killed"))
-            done = True
+        if pending and pending[0][0] in line:
+            text, action = pending.pop(0)
+            action()
+            lines.append((time.monotonic(), f"TEST: {text}"))
     return proc.wait(timeout=60), lines
 
 
+def _run_ref(worker: Path, out: Path, hosts: str, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    argv = [PY, "-m", "mldist", "run", "-H", hosts, "--no-run-dir", "--", PY, str(worker), str(out), "reference"]
+    return subprocess.Popen([*argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def _finish(procs: list[subprocess.Popen[str]]) -> list[str]:
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    return outs
+
+
+def _close(got: Any, want: Any) -> bool:
+    return bool(np.linalg.norm(np.asarray(got) - np.asarray(want)) / np.linalg.norm(want) < 1e-5)
+
+
 @pytest.mark.parametrize("api", ["hvd", "keras"])
-def test_a_lost_host_re_forms_the_world_on_the_others(hosts_env: dict[str, str], tmp_path: Path, api: str) -> None:
-    """Every process of hx3 killed during epoch 2 of a 3-host elastic run: it goes on with 2 workers from
-    the last commit, and ends with the weights of a 2-host run started from that commit. Horovod's
-    hvd.elastic (elastic_fit.py) and mldist's own mldist.keras.Elastic (elastic_keras.py)."""
+def test_a_lost_host_leaves_the_world_and_joins_it_again(hosts_env: dict[str, str], tmp_path: Path, api: str) -> None:
+    """3 hosts from a discovery script; every process of hx3 killed during epoch 2: the world goes on with 2
+    workers from the last commit; hx3 back: it joins at the next commit, and the run ends with 3. Each
+    2- and 3-host stretch goes where a fixed world from the same commit goes. Horovod's hvd.elastic
+    (elastic_fit.py) and mldist's own mldist.keras.Elastic (elastic_keras.py)."""
     worker = WORKERS / ("elastic_fit.py" if api == "hvd" else "elastic_keras.py")
-    elastic, reference = tmp_path / "elastic", tmp_path / "reference"
-    elastic.mkdir(), reference.mkdir()
-    args = ["-m", "mldist", "run", "-H", "hx1:1,hx2:1,hx3:1", "--min-np", "2", "--run-dir", str(elastic / "run")]
+    elastic = tmp_path / "elastic"
+    elastic.mkdir()
+    listed, discover = tmp_path / "hosts", tmp_path / "discover.sh"
+    listed.write_text("hx1:1\nhx2:1\nhx3:1\n")
+    discover.write_text(f"#!/bin/sh\ncat {listed}\n")
+    discover.chmod(0o755)
+    args = ["--host-discovery-script", str(discover), "--min-np", "2", "--max-np", "3"]
+    argv = [PY, "-m", "mldist", "run", *args, "--run-dir", str(elastic / "run"), "--", PY, str(worker), str(elastic)]
     try:
-        code, lines = _watch([PY, *args, "--", PY, str(worker), str(elastic)], hosts_env, "EPOCH 2 BEGIN 3", _kill_hx3)
+        events = [("EPOCH 2 BEGIN 3", lambda: _kill_host(3)), ("EPOCH 3 BEGIN 2", lambda: _revive_host(3))]
+        code, lines = _watch(argv, hosts_env, events)
     finally:
-        start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG", HOSTS)  # hx3 back
+        start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG", HOSTS)
     text = "\n".join(line for _, line in lines)
-    assert code == 0, text[-4000:]
-    killed = next(t for t, line in lines if line == "TEST: killed")
+    assert code == 0, text[-5000:]
+    killed = next(t for t, line in lines if line == "TEST: EPOCH 2 BEGIN 3")
     resumed = next(t for t, line in lines if t > killed and "FIRST STEP" in line)
     print(f"{api}: from the kill of hx3 to the first step on 2 hosts: {resumed - killed:.1f} s")
-    assert "lost host hx3 (does not answer over ssh); re-forming the world on hx1,hx2: 2 worker(s)" in text, text
+    for said in (
+        "lost host hx3 (does not answer over ssh); re-forming the world on hx1,hx2: 2 worker(s) (--min-np 2)",
+        "host(s) hx3 can join: the workers leave at their next commit to re-form",
+        "host(s) hx3 joined; re-forming the world on hx1,hx2,hx3: 3 worker(s) (--max-np 3)",
+        "EPOCH 5 BEGIN 3",
+        "DONE 0 3",
+    ):
+        assert said in text, f"{said!r} not in:\n{text[-5000:]}"
     assert re.search(r"mldist run: training again [0-9.]+ s after losing hx3 \(2 worker\(s\)\)", text), text
-    assert "EPOCH 4 BEGIN 2" in text and "DONE 0 2" in text, text
-    (reform,) = json.loads((elastic / "run" / "summary.json").read_text())["elastic"]["reforms"]
-    assert (reform["lost"], reform["before"], reform["after"]) == (["hx3"], 3, 2)
-    assert 0 < reform["loss_to_resume_s"] < 120, reform
-    # A world of hx1 and hx2 started from the commit the elastic run resumed from ends with the same weights.
-    (_prepare_hvd_reference if api == "hvd" else _prepare_keras_reference)(lines, killed, elastic, reference)
-    ref = ["run", "-H", "hx1:1,hx2:1", "--no-run-dir", "--", PY, str(worker), str(reference), "reference"]
-    res = check(mldist(ref, env={**hosts_env, "STEP_S": "0"}, timeout=240))
-    got, want = np.load(elastic / "final.npy"), np.load(reference / "final.npy")
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
-    if api == "keras":  # scale_lr's rate for 2 workers, set again after the resume (the commit held 3's)
-        assert "[0] LR 0.04" in text and "[0] LR 0.04" in res.stdout, text
+    shrink, join = json.loads((elastic / "run" / "summary.json").read_text())["elastic"]["reforms"]
+    assert (shrink["lost"], shrink["before"], shrink["after"]) == (["hx3"], 3, 2), shrink
+    assert (join["joined"], join["before"], join["after"]) == (["hx3"], 2, 3), join
+    assert 0 < shrink["loss_to_resume_s"] < 120 and 0 < join["loss_to_resume_s"] < 120
+    print(f"{api}: from leaving at a commit for hx3 to resuming with it: {join['loss_to_resume_s']:.1f} s")
+    (_check_hvd if api == "hvd" else _check_keras)(worker, lines, killed, elastic, tmp_path, hosts_env)
 
 
-def _kill_hx3() -> None:
-    _kill_host(3)
-
-
-def _prepare_hvd_reference(lines: list[tuple[float, str]], killed: float, elastic: Path, reference: Path) -> None:
-    """hvd: the state the reset callback saved; it is the last commit made before the kill."""
+def _check_hvd(
+    worker: Path, lines: list[tuple[float, str]], killed: float, elastic: Path, tmp: Path, env: dict[str, str]
+) -> None:
+    """hvd.elastic: it resumed from the last commit before the kill; from each resumed state (the reset
+    callback's), a fixed world of that size goes where the elastic one went."""
     commits = [line.split() for t, line in lines if t < killed and line.startswith("[0] COMMIT")]
-    state = pickle.loads((elastic / "resumed.pkl").read_bytes())
-    assert commits and state["values"]["epoch"] == int(commits[-1][3]), commits
-    shutil.copy(elastic / "resumed.pkl", reference / "resumed.pkl")
+    first, second = (pickle.loads((elastic / f"resumed-{n}.pkl").read_bytes()) for n in (1, 2))
+    assert commits and first["values"]["epoch"] == int(commits[-1][3]), commits
+    until = str(second["values"]["epoch"])
+    two, three = tmp / "ref2", tmp / "ref3"
+    two.mkdir(), three.mkdir()
+    procs = [
+        _run_ref(worker, two, "hx1:1,hx2:1", env, str(elastic / "resumed-1.pkl"), until),
+        _run_ref(worker, three, "hx1:1,hx2:1,hx3:1", env, str(elastic / "resumed-2.pkl")),
+    ]
+    _finish(procs)
+    assert _close(np.load(two / "final.npy"), np.concatenate([w.ravel() for w in second["variables"][:4]]))
+    assert _close(np.load(elastic / "final.npy"), np.load(three / "final.npy"))
 
 
-def _prepare_keras_reference(lines: list[tuple[float, str]], killed: float, elastic: Path, reference: Path) -> None:
-    """mldist.keras.Elastic: rank 0's commits on disk, without those made after the one it resumed from."""
-    said = next(line for t, line in lines if t > killed and "mldist: elastic: resumed: step" in line)
-    step = int(re.search(r"step ([0-9]+) from (\S+)", said).group(1))  # type: ignore[union-attr]
-    assert re.search(r"from hx[12];", said), said  # a host's memory copy, not the disk
-    shutil.copytree(elastic / "run" / "elastic", reference / "elastic")
-    for ckpt in (reference / "elastic").glob("ckpt-*"):
-        if int(ckpt.name.split("-")[1]) > step:
-            shutil.rmtree(ckpt)
+def _check_keras(
+    worker: Path, lines: list[tuple[float, str]], killed: float, elastic: Path, tmp: Path, env: dict[str, str]
+) -> None:
+    """mldist.keras.Elastic: both resumes read a host's memory copy; from rank 0's commits on disk (those
+    after the resumed one removed) a fixed world of that size goes where the elastic one went; the rate
+    is scale_lr's for each size."""
+    resumes = [re.search(r"resumed: step ([0-9]+) from (\S+);", line) for t, line in lines if t > killed]
+    (s1, h1), (s2, h2) = [(int(m.group(1)), m.group(2)) for m in resumes if m]
+    assert {h1, h2} <= {"hx1", "hx2"}, (h1, h2)  # memory, not the disk
+    disk = elastic / "run" / "elastic"
+    second = next(p for p in disk.glob("ckpt-*") if int(p.name.split("-")[1]) == s2)
+    epoch2 = json.loads((second / "manifest.json").read_text())["extra"]["epoch"]
+    for name, step in (("ref2", s1), ("ref3", s2)):
+        shutil.copytree(disk, tmp / name / "elastic")
+        for ckpt in (tmp / name / "elastic").glob("ckpt-*"):
+            if int(ckpt.name.split("-")[1]) > step:
+                shutil.rmtree(ckpt)
+    refs = [
+        _run_ref(worker, tmp / "ref2", "hx1:1,hx2:1", env, str(epoch2)),
+        _run_ref(worker, tmp / "ref3", "hx1:1,hx2:1,hx3:1", env),
+    ]
+    two_out, three_out = _finish(refs)
+    with np.load(second / "state.npz") as state:
+        committed = np.concatenate([state[f"model.{i}"].ravel() for i in range(4)])
+    assert _close(np.load(tmp / "ref2" / "final.npy"), committed)
+    assert _close(np.load(elastic / "final.npy"), np.load(tmp / "ref3" / "final.npy"))
+    text = "\n".join(line for _, line in lines)
+    assert "[0] LR 0.06" in text and "[0] LR 0.04" in two_out and "[0] LR 0.06" in three_out

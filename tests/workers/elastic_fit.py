@@ -1,13 +1,15 @@
-"""Worker: Horovod's elastic Keras loop in a world that loses a host (tests/launch/test_hosts.py).
+"""Worker: Horovod's elastic Keras loop in a world that loses a host and takes it back (tests/launch/test_hosts.py).
 
-Usage: elastic_fit.py OUT [reference]
+Usage: elastic_fit.py OUT [reference STATE [UNTIL]]
 
 Each rank fits a small model (SGD with momentum: its slots must come back too) on its shard
 (rank::size) of one fixed dataset, an epoch per ``fit``, a commit after each. Rank 0 prints
 ``EPOCH e BEGIN size``, ``COMMIT seq epoch checksum`` and, once after a resume, ``FIRST STEP``.
-After a re-forming the reset callback writes the restored state to OUT/resumed.pkl (rank 0).
-``reference`` starts from that state in a fixed world and trains the rest alike: the
-re-formed world must end where such a world ends. Rank 0 writes OUT/final.npy at the end.
+After each re-forming the reset callback writes the restored state to OUT/resumed-<round>.pkl
+(rank 0). ``reference STATE`` starts from such a state in a fixed world and trains alike, without
+the pause, up to epoch UNTIL (default: the last): a re-formed world must go where such a world
+goes. Rank 0 writes OUT/final.npy at the end. (Arguments, not variables: mldist run -H passes
+only its own families of variables to other hosts.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import mldist.horovod.tensorflow.keras as hvd
 hvd.init()
 keras = tf.keras
 out, mode = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "elastic"
-EPOCHS, STEP_S = 5, float(os.environ.get("STEP_S", "0.4"))
+EPOCHS = int(sys.argv[4]) if len(sys.argv) > 4 else 6
+STEP_S = 0.0 if mode == "reference" else 0.4
 rng = np.random.default_rng(0)
 X = rng.random((96, 4)).astype(np.float32)
 Y = X @ rng.random((4, 1)).astype(np.float32)
@@ -50,7 +53,7 @@ def checksum() -> float:
 def on_reset() -> None:
     first_step[0] = True
     if hvd.rank() == 0:
-        (out / "resumed.pkl").write_bytes(pickle.dumps(state.snapshot()))
+        (out / f"resumed-{os.environ['MLDIST_RESTART']}.pkl").write_bytes(pickle.dumps(state.snapshot()))
 
 
 class Pace(keras.callbacks.Callback):  # type: ignore[misc]
@@ -78,7 +81,7 @@ def epochs(state: hvd.elastic.KerasState, commit: bool) -> None:
 
 state.register_reset_callbacks([on_reset])
 if mode == "reference":
-    state.load(pickle.loads((out / "resumed.pkl").read_bytes()))
+    state.load(pickle.loads(Path(sys.argv[3]).read_bytes()))
     epochs(state, commit=False)
 else:
     hvd.elastic.run(lambda s: epochs(s, commit=True))(state)

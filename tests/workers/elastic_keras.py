@@ -1,6 +1,6 @@
 """Worker: mldist's own elastic fit (``mldist.keras.Elastic``) in a world that loses a host.
 
-Usage: elastic_keras.py OUT [reference]
+Usage: elastic_keras.py OUT [reference [EPOCHS]]  (6 epochs unless given)
 
 A plain Keras ``fit`` over ``mldist.data.shard`` (96 samples, 8 per worker per step: 4 steps an
 epoch on 3 workers, 6 on 2), SGD with momentum at ``scale_lr(0.02)``, ``Elastic(lr=0.02)``
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 out, mode = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "elastic"
-STEP_S = float(os.environ.get("STEP_S", "0.4"))
+STEP_S = 0.0 if mode == "reference" else 0.4
 rng = np.random.default_rng(0)
 X = rng.random((96, 4)).astype(np.float32)
 Y = X @ rng.random((4, 1)).astype(np.float32)
@@ -65,8 +65,9 @@ class Pace(keras.callbacks.Callback):  # type: ignore[misc]
 
 
 # The reference: a fixed world from a copy of the elastic run's commits on disk (no memory copies).
-keep = mldist.keras.Elastic(out / "elastic" if mode == "reference" else None, lr=0.02, keep=10)
-model.fit(ds, epochs=5, verbose=0, callbacks=[*mldist.keras.default_callbacks(), keep, Pace()])
+keep = mldist.keras.Elastic(out / "elastic" if mode == "reference" else None, lr=0.02, keep=20)
+epochs = int(sys.argv[3]) if len(sys.argv) > 3 else 6
+model.fit(ds, epochs=epochs, verbose=0, callbacks=[*mldist.keras.default_callbacks(), keep, Pace()])
 if ctx.rank == 0:
     np.save(out / "final.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
     print(f"LR {float(np.asarray(optimizer.learning_rate)):g}", flush=True)

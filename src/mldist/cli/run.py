@@ -86,8 +86,14 @@ def _add_elastic_flags(run: Any) -> None:
         help="below --min-np, wait this long for hosts to answer again (default 600)",
     )
     elastic.add_argument("--reset-limit", type=count(0), metavar="N", help="re-form the world at most N times")
-    elastic.add_argument("--host-discovery-script", metavar="FILE", help=argparse.SUPPRESS)
-    elastic.add_argument("--slots-per-host", "--slots", type=count(1), metavar="N", help=argparse.SUPPRESS)
+    elastic.add_argument(
+        "--host-discovery-script",
+        metavar="FILE",
+        help="prints the hosts to use, 'host' or 'host:slots' a line; hosts it adds join at the next commit",
+    )
+    elastic.add_argument(
+        "--slots-per-host", "--slots", type=count(1), metavar="N", help="slots of a host the script lists without"
+    )
 
 
 def _add_output_flags(run: Any) -> None:
@@ -230,6 +236,8 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     """-n/-np and the hosts: -H or --hostfile naming only this host just count workers here."""
     nprocs = args.nprocs
     hosts = read_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else ()
+    if not hosts and args.host_discovery_script:
+        hosts = _discovered(args)
     slots = sum(n for _, n in hosts)
     if hosts and all(host in _this_host() for host, _ in hosts):
         if nprocs is not None and nprocs != slots:
@@ -306,23 +314,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _elastic(args: argparse.Namespace, nprocs: int, hosts: tuple[tuple[str, int], ...]) -> Any:
-    """The ``ElasticConfig`` of --min-np/--max-np (None without them); horovodrun's defaults."""
-    from ..launch.config import ElasticConfig
+    """The ``ElasticConfig`` of --min-np/--max-np/--host-discovery-script (None without them); horovodrun's
+    defaults."""
+    from ..launch.config import MAX_WORKERS, ElasticConfig
 
-    if args.host_discovery_script or args.slots_per_host:
-        raise ConfigError(
-            "--host-discovery-script/--slots-per-host: hosts that join a running world are not supported yet; "
-            "give the hosts with -H or --hostfile (a lost host's workers are re-formed without it)"
-        )
-    if args.min_np is None and args.max_np is None:
+    discovery = _script(args.host_discovery_script) if args.host_discovery_script else None
+    if args.min_np is None and args.max_np is None and discovery is None:
         return None
     slots = sum(n for _, n in hosts) or nprocs
     return ElasticConfig(
         min_np=args.min_np or nprocs,
-        max_np=args.max_np or max(slots, nprocs),
+        max_np=args.max_np or (MAX_WORKERS if discovery else max(slots, nprocs)),
         timeout=args.elastic_timeout,
         reset_limit=args.reset_limit,
+        discovery=discovery,
+        slots=args.slots_per_host or 1,
     )
+
+
+def _discovered(args: argparse.Namespace) -> tuple[tuple[str, int], ...]:
+    """The hosts ``--host-discovery-script`` lists now: the first round's."""
+    from ..launch.config import ElasticConfig
+    from ..launch.elastic import discover
+
+    path = _script(args.host_discovery_script)
+    return discover(ElasticConfig(1, 1, discovery=path, slots=args.slots_per_host or 1), os.environ)
+
+
+def _script(given: str) -> str:
+    path = os.path.abspath(given)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ConfigError(f"--host-discovery-script {given!r} is not an executable file (chmod +x it)")
+    return path
 
 
 def _cmd_env(args: argparse.Namespace) -> int:

@@ -37,8 +37,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..base import rejoin
 from ..base.files import atomic_write
 from ..checkpoint import commits
+from ..errors import REFORM_CODE
 from ..runtime import compat
 from . import basics
 from .common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
@@ -58,6 +60,7 @@ __all__ = [
 STATE_FILE = "elastic-state.pkl"
 #: The line rank 0 prints once it resumed in an elastic run (mldist.launch.elastic.RESUMED: the launcher times it).
 RESUMED = "mldist: elastic: resumed"
+LEAVING = "mldist: elastic: leaving"
 
 
 def state_path(env: dict[str, str] | None = None, number: int = 1) -> Path:
@@ -120,12 +123,18 @@ class State(ABC):
             atomic_write(self._path, pickle.dumps({"seq": self._seq, "state": snapshot}), mode=0o600)
         # A collective, as Horovod's commit is: no rank leaves it before rank 0 has the state on
         # disk, so a rank that dies right after its commit restarts from this commit, not the one before.
-        broadcast_object(None, root_rank=0)
-        self.check_host_updates()
+        # It carries whether hosts joined (rank 0 reads the launcher's flag): then every rank leaves here.
+        if broadcast_object(basics.rank() == 0 and rejoin.raised(os.environ), root_rank=0):
+            raise HostsUpdatedInterrupt(skip_sync=True)
 
     def check_host_updates(self) -> None:
-        """Nothing to check: the world is fixed (HostsUpdatedInterrupt never comes)."""
-        return None  # a real method, not an abstract one: subclasses need not override it
+        """Raise HostsUpdatedInterrupt on every rank when hosts joined the world (collective, as Horovod's).
+
+        ``mldist run --host-discovery-script`` raises the flag; ``elastic.run`` then leaves so that the
+        world re-forms with them, and every rank resumes from the last commit.
+        """
+        if broadcast_object(basics.rank() == 0 and rejoin.raised(os.environ), root_rank=0):
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def resume(self, number: int = 1) -> bool:
         """After a restart, load the newest commit of the ``number``-th ``elastic.run`` that any rank
@@ -331,7 +340,13 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
         state._root = 0
         if resumed:
             state.on_reset()
-        out = func(state, *args, **kwargs)
+        try:
+            out = func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt:
+            if basics.rank() == 0:
+                print(f"{LEAVING} at commit {state._seq}: hosts joined the world", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            raise SystemExit(REFORM_CODE) from None
         broadcast_object(None, root_rank=0)  # every rank is done with the commits before they go
         if basics.local_rank() == 0:
             commits.remove(commits.host_copy(os.environ, _RUNS[0]))

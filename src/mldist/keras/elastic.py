@@ -27,8 +27,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import runtime
+from ..base import rejoin
 from ..checkpoint import commits
+from ..errors import REFORM_CODE
 from .callbacks import scale_lr
 from .checkpoint import Checkpoint, _say
 
@@ -87,6 +91,18 @@ class Elastic(Checkpoint):
                 file=sys.stderr,
                 flush=True,
             )
+
+    def _save(self) -> None:
+        """Commit; then, when hosts joined the world (the launcher's flag, rank 0 reads it), every rank leaves
+        with REFORM_CODE so that the world re-forms with them and resumes from this commit."""
+        super()._save()
+        flagged = np.array([1 if runtime.is_chief() and rejoin.raised(os.environ) else 0], np.int32)
+        if runtime.size() > 1:
+            flagged = np.asarray(runtime.broadcast(flagged, root=0))
+        if int(flagged[0]):
+            _say(f"elastic: leaving at step {self._step}: hosts joined the world")
+            sys.stdout.flush()
+            raise SystemExit(REFORM_CODE)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         """After a whole fit: this host's copies go (rank 0's on disk stay)."""

@@ -47,6 +47,9 @@ class ElasticConfig:
         max_np: the most workers it grows to.
         timeout: seconds to wait for enough hosts (``--elastic-timeout``).
         reset_limit: how many times the world may re-form (None: no limit).
+        discovery: a script that prints the hosts that may be used, one ``host[:slots]`` a line
+            (``--host-discovery-script``); hosts it adds join at the workers' next commit.
+        slots: slots of a host the script names without them (``--slots-per-host``).
 
     Example:
         >>> ElasticConfig(min_np=2, max_np=4).timeout
@@ -61,6 +64,8 @@ class ElasticConfig:
     max_np: int
     timeout: float = 600.0
     reset_limit: int | None = None
+    discovery: str | None = None
+    slots: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_np <= self.max_np <= MAX_WORKERS:
@@ -69,6 +74,8 @@ class ElasticConfig:
             raise ConfigError(f"--elastic-timeout {self.timeout}: give 0 to 604800 seconds")
         if self.reset_limit is not None and self.reset_limit < 0:
             raise ConfigError(f"--reset-limit {self.reset_limit} cannot be negative")
+        if self.slots < 1:
+            raise ConfigError(f"--slots-per-host {self.slots}: give 1 or more")
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,11 @@ class RunConfig:
             raise ConfigError(
                 "--max-restarts restarts a fixed world; an elastic one (--min-np/--max-np) re-forms on its own "
                 "(--reset-limit bounds how often)"
+            )
+        if self.elastic.discovery and not self.run_dir:
+            raise ConfigError(
+                "--host-discovery-script: hosts join through the run directory (the workers read a flag there); "
+                "drop --no-run-dir"
             )
 
 

@@ -22,7 +22,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
 import shlex
 import subprocess
@@ -32,7 +34,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import RunConfig
+from ..base import rejoin
+from ..base.files import atomic_write
+from ..errors import LaunchError
+from .config import ElasticConfig, RunConfig
 from .procs import say
 
 Hosts = tuple[tuple[str, int], ...]
@@ -44,6 +49,82 @@ LOST_DAEMON = re.compile(r"Remote daemon:\s+\S+ on node (\S+)|^\s*Remote host:\s
 FAILED_ON = re.compile(r"mldist run: rank [0-9]+ (?:exited with code|was killed by) .* on (\S+)")
 #: Seconds one reachability probe may take, and between probes while too few hosts answer.
 PROBE_TIMEOUT, PROBE_EVERY = 10.0, 3.0
+#: Seconds the discovery script may take, and between two of its runs during a round.
+DISCOVERY_TIMEOUT, DISCOVER_EVERY = 10.0, 2.0
+_DISCOVERED = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,252})(?::([0-9]{1,4}))?")
+
+
+def parse_discovered(text: str, slots: int) -> Hosts:
+    """The hosts a discovery script printed: ``host`` or ``host:slots`` a line (``slots`` where omitted).
+
+    Example:
+        >>> parse_discovered("hx1:2\\nhx2\\n\\n", 1)
+        (('hx1', 2), ('hx2', 1))
+        >>> parse_discovered("hx1; rm -rf /", 1)
+        Traceback (most recent call last):
+        ...
+        mldist.errors.LaunchError: --host-discovery-script printed 'hx1; rm -rf /': print host or host:slots lines
+    """
+    hosts: list[tuple[str, int]] = []
+    for line in filter(None, (raw.strip() for raw in text.splitlines())):
+        match = _DISCOVERED.fullmatch(line)
+        if not match or match.group(2) == "0":
+            raise LaunchError(f"--host-discovery-script printed {line!r:.60}: print host or host:slots lines")
+        if match.group(1) not in {h for h, _ in hosts}:
+            hosts.append((match.group(1), int(match.group(2) or slots)))
+    return tuple(hosts)
+
+
+def discover(elastic: ElasticConfig, env: Mapping[str, str]) -> Hosts:
+    """The hosts the discovery script lists now (LaunchError when it fails or prints something else)."""
+    assert elastic.discovery is not None
+    try:
+        res = subprocess.run(
+            [elastic.discovery], capture_output=True, text=True, timeout=DISCOVERY_TIMEOUT, env=dict(env), check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"--host-discovery-script {elastic.discovery!r} did not run: {exc}") from None
+    if res.returncode != 0:
+        last = (res.stderr.strip().splitlines() or [""])[-1]
+        raise LaunchError(f"--host-discovery-script {elastic.discovery!r} exited with {res.returncode}: {last:.120}")
+    return parse_discovered(res.stdout, elastic.slots)
+
+
+class Watch:
+    """During a round: run the discovery script every few seconds; when it lists a host that answers and
+    the world may grow, raise the workers' flag (:mod:`mldist.base.rejoin`) once."""
+
+    def __init__(self, cfg: RunConfig, env: Mapping[str, str], round_: int) -> None:
+        assert cfg.elastic is not None and cfg.run_dir
+        self.cfg, self.env = cfg, env
+        self.flag = rejoin.flag({"MLDIST_RUN_DIR": os.path.abspath(cfg.run_dir), rejoin.RUN_ENV: "1"}, round_)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=DISCOVERY_TIMEOUT + PROBE_TIMEOUT)
+
+    def _run(self) -> None:
+        cfg, elastic = self.cfg, self.cfg.elastic
+        assert elastic is not None and self.flag is not None
+        while not self.stopped.wait(DISCOVER_EVERY):
+            if cfg.nprocs >= elastic.max_np:
+                return
+            try:
+                listed = discover(elastic, self.env)
+            except LaunchError as exc:
+                say(f"{exc}; trying again")
+                continue
+            new = [h for h, _ in listed if h not in {host for host, _ in cfg.hosts}]
+            joining = [h for h, ok in answering(new, self.env).items() if ok] if new else []
+            if joining and not self.stopped.is_set():
+                atomic_write(self.flag, ",".join(joining) + "\n", mode=0o600)
+                say(f"host(s) {', '.join(joining)} can join: the workers leave at their next commit to re-form")
+                return
 
 
 def plan(hosts: Hosts, lost: Iterable[str], min_np: int, max_np: int) -> tuple[Hosts, int] | None:
@@ -127,7 +208,7 @@ def lost_hosts(hosts: Hosts, said: Iterable[str], env: Mapping[str, str]) -> tup
 #: The workers' line once they resumed from a commit in a re-formed world (mldist.horovod.elastic).
 RESUMED = "mldist: elastic: resumed"
 #: An elastic run's id for its workers: where each host keeps their commits.
-RUN_ENV = "MLDIST_ELASTIC_ID"
+RUN_ENV = rejoin.RUN_ENV
 
 
 @dataclass
@@ -141,6 +222,7 @@ class Reform:
     why: str
     before: int
     seen_at: float
+    joined: list[str] = dataclasses.field(default_factory=list)
     after: int = 0
     hosts_checked_s: float = 0.0
     resumed_s: float | None = None
@@ -174,6 +256,10 @@ def reform(
     elastic, t0 = cfg.elastic, time.monotonic()
     lost, why = lost_hosts(cfg.hosts, said, env)
     record = Reform(lost=lost, why=why, before=cfg.nprocs, seen_at=seen_at)
+    pool = cfg.hosts
+    if elastic.discovery:  # the script's hosts now (a lost host it still lists stays lost until it answers)
+        with contextlib.suppress(LaunchError):
+            pool = discover(elastic, env) or cfg.hosts
     if elastic.reset_limit is not None and count >= elastic.reset_limit:
         say(f"the world re-formed {count} time(s), --reset-limit {elastic.reset_limit}; ending")
         return None, record
@@ -185,10 +271,10 @@ def reform(
         time.sleep(PROBE_EVERY)
         back = [h for h, ok in answering(lost, env).items() if ok]
         lost = [h for h in lost if h not in back]
-        nxt = plan(cfg.hosts, lost, elastic.min_np, elastic.max_np)
+        nxt = plan(pool, lost, elastic.min_np, elastic.max_np)
     record.hosts_checked_s = round(time.monotonic() - seen_at, 3)
     if nxt is None:
-        slots = sum(s for h, s in cfg.hosts if h not in lost)
+        slots = sum(s for h, s in pool if h not in lost)
         say(f"{lost_words}; {slots} slot(s) left, below --min-np {elastic.min_np} after waiting "
             f"{record.hosts_checked_s:.0f} s (--elastic-timeout {elastic.timeout:g}); ending")  # fmt: skip
         return None, record
@@ -196,4 +282,29 @@ def reform(
     record.after = n
     names = ",".join(h for h, _ in hosts)
     say(f"{lost_words}; re-forming the world on {names}: {n} worker(s) (--min-np {elastic.min_np})")
+    return dataclasses.replace(cfg, hosts=hosts, nprocs=n), record
+
+
+def grow(cfg: RunConfig, env: Mapping[str, str], count: int, seen_at: float) -> tuple[RunConfig | None, Reform]:
+    """After the workers left at a commit for hosts that joined: the next round on every host that answers."""
+    assert cfg.elastic is not None
+    elastic = cfg.elastic
+    record = Reform(lost=[], why="hosts joined", before=cfg.nprocs, seen_at=seen_at)
+    if elastic.reset_limit is not None and count >= elastic.reset_limit:
+        say(f"the world re-formed {count} time(s), --reset-limit {elastic.reset_limit}; ending")
+        return None, record
+    try:
+        pool = discover(elastic, env) if elastic.discovery else cfg.hosts
+    except LaunchError as exc:
+        say(f"{exc}; going on with the same hosts")
+        pool = cfg.hosts
+    silent = [h for h, ok in answering([h for h, _ in pool], env).items() if not ok]
+    nxt = plan(pool, silent, elastic.min_np, elastic.max_np) or plan(cfg.hosts, [], elastic.min_np, elastic.max_np)
+    assert nxt is not None  # the round's own hosts were enough
+    hosts, n = nxt
+    record.joined = [h for h, _ in hosts if h not in {host for host, _ in cfg.hosts}]
+    record.lost, record.after = [h for h, _ in cfg.hosts if h not in {host for host, _ in hosts}], n
+    names = ",".join(h for h, _ in hosts)
+    said = f"host(s) {', '.join(record.joined)} joined" if record.joined else "no host joined after all"
+    say(f"{said}; re-forming the world on {names}: {n} worker(s) (--max-np {elastic.max_np})")
     return dataclasses.replace(cfg, hosts=hosts, nprocs=n), record

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping
 
 from ..base import joined
-from ..errors import REQUEUE_CODE, ConfigError
+from ..errors import REFORM_CODE, REQUEUE_CODE, ConfigError
 from ..placement import common, engines
 from ..placement.resources import thread_plan
 from . import elastic
@@ -98,14 +98,7 @@ def run(cfg: RunConfig) -> int:
             group = kind(cfg, env, restart=len(failures))
             group.reform = reforms[-1] if reforms else None
             current.append(group)
-            try:
-                group.start()
-                code, failure = _supervise(cfg, group, received)
-                # Asked only of a run that succeeded (a failed one said why already), before the
-                # notes directory goes.
-                never = joined.line(joined.read(group.progress), cfg.nprocs) if code == 0 else ""
-            finally:
-                group.finish()
+            code, failure, never = _round(cfg, group, received, env)
             nxt = _next_round(cfg, group, code, failure, failures, reforms, received, env)
             if nxt is None:
                 break
@@ -117,6 +110,25 @@ def run(cfg: RunConfig) -> int:
         if record is not None:
             reformed = [r.record() for r in reforms]
             record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received, never, reformed)
+
+
+def _round(cfg: RunConfig, group: Group, received: list[int], env: Mapping[str, str]) -> tuple[int, str | None, str]:
+    """Start the group and supervise it to its end: (exit code, first failure, the never-formed line).
+
+    An elastic run with a discovery script watches it meanwhile (:class:`mldist.launch.elastic.Watch`).
+    """
+    watch = elastic.Watch(cfg, env, group.restart) if cfg.elastic is not None and cfg.elastic.discovery else None
+    try:
+        group.start()
+        if watch is not None:
+            watch.start()
+        code, failure = _supervise(cfg, group, received)
+        # Asked only of a run that succeeded (a failed one said why already), before the notes directory goes.
+        return code, failure, joined.line(joined.read(group.progress), cfg.nprocs) if code == 0 else ""
+    finally:
+        if watch is not None:
+            watch.stop()
+        group.finish()
 
 
 def _next_round(
@@ -135,6 +147,10 @@ def _next_round(
     if failure is None or code == REQUEUE_CODE or stopping:
         return None
     failures.append(failure)
+    if cfg.elastic is not None and code == REFORM_CODE:  # the workers left at a commit for hosts that joined
+        nxt, done = elastic.grow(cfg, env, len(reforms), group.failed_at or time.monotonic())
+        reforms.append(done)
+        return nxt
     if cfg.elastic is not None:  # re-form on the hosts that remain, or end
         seen = group.failed_at or time.monotonic()
         asked_to_stop = lambda: any(s in STOPPING for s in received)  # noqa: E731
@@ -279,7 +295,12 @@ def _supervise(cfg: RunConfig, group: Group, received: list[int]) -> tuple[int, 
                 continue
             if first_nonzero is None:
                 first_nonzero = exit_code(code)
-            if first_failure is None and deadline is None:
+            if first_failure is None and deadline is None and code == REFORM_CODE and cfg.elastic is not None:
+                # Every rank leaves at the same commit for the hosts that joined: no failure, no signal.
+                group.failed_at = time.monotonic()
+                first_failure = (REFORM_CODE, "the workers left at a commit for the hosts that joined")
+                deadline = time.monotonic() + cfg.grace
+            elif first_failure is None and deadline is None:
                 group.failed_at = time.monotonic()
                 first_failure = (exit_code(code), group.blame(rank, code, early))
                 say(f"{first_failure[1]}; stopping the other workers")
