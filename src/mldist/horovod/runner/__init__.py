@@ -45,14 +45,18 @@ def run(
 ) -> list[Any]:
     """``func(*args, **kwargs)`` on ``np`` local workers; the results in rank order (Horovod's ``horovod.run``).
 
-    ``hosts`` may only name this host (``localhost:N``); ``min_np``/``max_np`` (elastic) are refused.
+    ``hosts`` may only name this host (``localhost:N``); ``min_np``/``max_np`` (elastic) are refused: an
+    elastic world loses and takes in hosts, so it starts with ``mldist run -H ... --min-np N``.
     Other horovodrun settings (ssh, start timeout, output file, ...) are accepted and have no effect.
     """
     from ...launch.local import RunConfig
     from ...launch.local import run as launch
 
     if min_np is not None or max_np is not None:
-        raise UnsupportedError("horovod.run(min_np=, max_np=): elastic worlds are not provided; give np=")
+        raise UnsupportedError(
+            "horovod.run(min_np=, max_np=): functions run on this host only, where no host can be lost; "
+            "start an elastic script with mldist run -H ... --min-np N (or --host-discovery-script)"
+        )
     if hosts and not all(h.split(":")[0] in ("localhost", "127.0.0.1") for h in hosts.split(",")):
         raise UnsupportedError(f"horovod.run(hosts={hosts!r}): functions run on this host only; use mldist run -H")
     if not isinstance(np, int) or np < 1:
