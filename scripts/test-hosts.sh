@@ -98,6 +98,8 @@ start_host() {  # start_host INDEX
   ip link add "$n-h" type veth peer name eth0 netns "$n"
   ip link set "$n-h" master "$BRIDGE" up
   ip -n "$n" link set lo up
+  # A fixed MAC: a host revived after a test killed it is the same neighbour to the others (no stale ARP).
+  ip -n "$n" link set eth0 address "02:6d:6c:64:00:0$i"
   ip -n "$n" addr add "$(addr "$i")/24" dev eth0
   ip -n "$n" link set eth0 up
   sshd_config "$i" > "$D/sshd_config-hx$i"
@@ -165,6 +167,7 @@ cmd_revive() {  # cmd_revive INDEX: hx<INDEX> again after a test killed it; the 
   ip netns del "$n" 2>/dev/null || true
   ip link del "$n-h" 2>/dev/null || true
   start_host "$i"
+  ip neigh flush to "$(addr "$i")" 2>/dev/null || true
   for _ in $(seq 1 50); do answers "$i" && break; sleep 0.2; done
   answers "$i" || die "hx$i does not answer over ssh after revive"
   log "hx$i up again"

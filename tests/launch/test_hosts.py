@@ -216,7 +216,7 @@ def test_a_lost_host_leaves_the_world_and_joins_it_again(hosts_env: dict[str, st
     args = ["--host-discovery-script", str(discover), "--min-np", "2", "--max-np", "3"]
     argv = [PY, "-m", "mldist", "run", *args, "--run-dir", str(elastic / "run"), "--", PY, str(worker), str(elastic)]
     try:
-        events = [("EPOCH 2 BEGIN 3", lambda: _kill_host(3)), ("EPOCH 3 BEGIN 2", lambda: _revive_host(3))]
+        events = [("EPOCH 2 BEGIN 3", lambda: _kill_host(3)), ("EPOCH 2 BEGIN 2", lambda: _revive_host(3))]
         code, lines = _watch(argv, hosts_env, events)
     finally:
         start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG", HOSTS)

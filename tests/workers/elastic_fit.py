@@ -20,8 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+import elastic_common  # this directory's
 import numpy as np
 import tensorflow as tf
+from elastic_common import X, Y
 
 import mldist.horovod.tensorflow.keras as hvd
 
@@ -30,17 +32,7 @@ keras = tf.keras
 out, mode = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "elastic"
 EPOCHS = int(sys.argv[4]) if len(sys.argv) > 4 else 6
 STEP_S = 0.0 if mode == "reference" else 0.4
-rng = np.random.default_rng(0)
-X = rng.random((96, 4)).astype(np.float32)
-Y = X @ rng.random((4, 1)).astype(np.float32)
-init = keras.initializers.GlorotUniform
-model = keras.Sequential(
-    [
-        keras.Input((4,)),
-        keras.layers.Dense(8, activation="tanh", kernel_initializer=init(1)),
-        keras.layers.Dense(1, kernel_initializer=init(2)),
-    ]
-)
+model = elastic_common.model(keras)
 model.compile(hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)), "mse")
 state = hvd.elastic.KerasState(model, epoch=0)
 first_step = [False]

@@ -23,23 +23,15 @@ import mldist.keras
 
 ctx = mldist.init()
 
+import elastic_common  # noqa: E402  (this directory's)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from elastic_common import X, Y  # noqa: E402
 
 out, mode = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "elastic"
 STEP_S = 0.0 if mode == "reference" else 0.4
-rng = np.random.default_rng(0)
-X = rng.random((96, 4)).astype(np.float32)
-Y = X @ rng.random((4, 1)).astype(np.float32)
-init = keras.initializers.GlorotUniform
-model = keras.Sequential(
-    [
-        keras.Input((4,)),
-        keras.layers.Dense(8, activation="tanh", kernel_initializer=init(1)),
-        keras.layers.Dense(1, kernel_initializer=init(2)),
-    ]
-)
+model = elastic_common.model(keras)
 optimizer = keras.optimizers.SGD(mldist.keras.scale_lr(0.02), momentum=0.9)
 model.compile(mldist.keras.DistributedOptimizer(optimizer), "mse")
 ds = mldist.data.shard(tf.data.Dataset.from_tensor_slices((X, Y)), 8)

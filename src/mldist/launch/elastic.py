@@ -50,7 +50,7 @@ FAILED_ON = re.compile(r"mldist run: rank [0-9]+ (?:exited with code|was killed 
 #: Seconds one reachability probe may take, and between probes while too few hosts answer.
 PROBE_TIMEOUT, PROBE_EVERY = 10.0, 3.0
 #: Seconds the discovery script may take, and between two of its runs during a round.
-DISCOVERY_TIMEOUT, DISCOVER_EVERY = 10.0, 2.0
+DISCOVERY_TIMEOUT, DISCOVER_EVERY = 10.0, 1.0
 _DISCOVERED = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,252})(?::([0-9]{1,4}))?")
 
 
