@@ -22,6 +22,8 @@ from pathlib import Path
 
 #: The elastic run's id (set by ``mldist run --min-np`` / ``--host-discovery-script`` for its workers).
 RUN_ENV = "MLDIST_ELASTIC_ID"
+#: The line rank 0 prints once it resumed in a re-formed world: the launcher times the re-forming by it.
+RESUMED = "mldist: elastic: resumed"
 
 
 def flag(env: Mapping[str, str], round_: int | None = None) -> Path | None:

@@ -58,8 +58,7 @@ __all__ = [
     "state_path",
 ]
 STATE_FILE = "elastic-state.pkl"
-#: The line rank 0 prints once it resumed in an elastic run (mldist.launch.elastic.RESUMED: the launcher times it).
-RESUMED = "mldist: elastic: resumed"
+RESUMED = rejoin.RESUMED
 LEAVING = "mldist: elastic: leaving"
 
 

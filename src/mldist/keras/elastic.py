@@ -36,8 +36,7 @@ from ..errors import REFORM_CODE
 from .callbacks import scale_lr
 from .checkpoint import Checkpoint, _say
 
-#: The line rank 0 prints once it resumed in an elastic run (mldist.launch.elastic.RESUMED: the launcher times it).
-RESUMED = "mldist: elastic: resumed"
+RESUMED = rejoin.RESUMED
 
 
 class Elastic(Checkpoint):

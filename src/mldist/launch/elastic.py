@@ -205,8 +205,7 @@ def lost_hosts(hosts: Hosts, said: Iterable[str], env: Mapping[str, str]) -> tup
     return [], ""
 
 
-#: The workers' line once they resumed from a commit in a re-formed world (mldist.horovod.elastic).
-RESUMED = "mldist: elastic: resumed"
+RESUMED = rejoin.RESUMED  # the workers' line once they resumed (mldist.base.rejoin)
 #: An elastic run's id for its workers: where each host keeps their commits.
 RUN_ENV = rejoin.RUN_ENV
 
