@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm-cluster.sh - mldist's throw-away, single-host Slurm cluster for the test suite.
 #
-# usage: bash scripts/slurm-cluster.sh start|stop|status
+# usage: bash scripts/slurm-cluster.sh start|stop|status|kill-node I|revive-node I
 #   start   idempotent; installs the Debian packages if missing, starts a private munged,
 #           slurmctld and N emulated nodes (slurmd -N node1..nodeN on 127.0.0.1), waits until
 #           every node is idle. The last stdout line is exactly: export SLURM_CONF=<path>
@@ -12,10 +12,15 @@
 #   stop    stops only the daemons this script started (its pid files) and removes the
 #           /etc/hosts lines and /etc/slurm/slurm.conf symlink it created
 #   status  exit 0 and print sinfo if the cluster is up, exit 1 if not
+#   kill-node I    lose node I as a machine is lost: SIGKILL its slurmd, its job steps
+#                  (slurmstepd) and everything they started; the controller notices when the
+#                  node stops answering (SlurmdTimeout)
+#   revive-node I  start node I's slurmd again; it returns to service (ReturnToService=2)
 #
 # Knobs (environment):
 #   MLDIST_SLURM_DIR          config/state/logs/pids              [/tmp/mldist-slurm]
-#   MLDIST_SLURM_NODES        number of emulated nodes             [2]
+#   MLDIST_SLURM_NODES        number of emulated nodes; most tests use 2, the
+#                             elastic test loses a third          [3]
 #   MLDIST_SLURM_PORT         slurmctld port; slurmd use PORT+10000+i [6917]
 #   MLDIST_SLURM_CPUS         CPUs advertised per node             [2]
 #   MLDIST_SLURM_CRED_EXPIRE  AuthInfo cred_expire (s); a requeued job waits about this
@@ -29,7 +34,7 @@ readonly MARK="# mldist-slurm-cluster"   # tags the /etc/hosts lines we add
 readonly ETC_LINK="/etc/slurm/slurm.conf"
 
 D="${MLDIST_SLURM_DIR:-/tmp/mldist-slurm}"
-NODES="${MLDIST_SLURM_NODES:-2}"
+NODES="${MLDIST_SLURM_NODES:-3}"
 PORT="${MLDIST_SLURM_PORT:-6917}"
 CPUS="${MLDIST_SLURM_CPUS:-2}"
 CRED_EXPIRE="${MLDIST_SLURM_CRED_EXPIRE:-5}"
@@ -38,7 +43,7 @@ export SLURM_CONF="$CONF"
 
 log() { echo "[$ME] $*" >&2; }
 die() { echo "[$ME] ERROR: $*" >&2; exit 1; }
-usage() { echo "usage: bash scripts/$ME start|stop|status" >&2; }
+usage() { echo "usage: bash scripts/$ME start|stop|status|kill-node I|revive-node I" >&2; }
 
 check_knobs() {
   case "$D" in /*) ;; *) die "MLDIST_SLURM_DIR must be an absolute path (got '$D')" ;; esac
@@ -120,14 +125,15 @@ cancel_jobs() {
   done
 }
 
-# kill_orphan_steps: SIGKILL slurmstepd processes of our nodes (they hold our slurmd log
-# open) and all their descendants, e.g. left over when the daemons died with jobs running
+# kill_orphan_steps [LOG]: SIGKILL slurmstepd processes of our nodes (they hold our slurmd log
+# open; with LOG, only those holding that node's log) and all their descendants, e.g. left
+# over when the daemons died with jobs running
 kill_orphan_steps() {
-  local p pid fd victims=() queue=() child
+  local p pid fd victims=() queue=() child want="${1:-$D/log/}"
   for p in /proc/[0-9]*; do
     [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] || continue
     for fd in "$p"/fd/*; do
-      if [[ "$(readlink "$fd" 2>/dev/null)" == "$D/log/"* ]]; then queue+=("${p#/proc/}"); break; fi
+      if [[ "$(readlink "$fd" 2>/dev/null)" == "$want"* ]]; then queue+=("${p#/proc/}"); break; fi
     done
   done
   while [ "${#queue[@]}" -gt 0 ]; do
@@ -195,7 +201,7 @@ has_pmix() { ldconfig -p 2>/dev/null | grep -q 'libpmix\.so '; }
 write_config() {
   local host mem_mb i
   host="$(hostname -s)"
-  # both emulated nodes share this machine's RAM: give each 70% / NODES of it
+  # the emulated nodes share this machine's RAM: give each 70% / NODES of it
   mem_mb=$(($(awk '/^MemTotal:/{print $2}' /proc/meminfo) * 7 / 10 / 1024 / NODES))
   [ "$mem_mb" -ge 100 ] || mem_mb=100
   cat > "$CONF" <<EOF
@@ -329,6 +335,31 @@ cmd_stop() {
   log "stopped"
 }
 
+# node_index I -> exits with a message unless I names one of the cluster's nodes
+node_index() {
+  [[ "${1:-}" =~ ^[1-9][0-9]?$ ]] && [ "$1" -le "$NODES" ] || die "expected a node number 1..$NODES (got '${1:-}')"
+}
+
+cmd_kill_node() {
+  need_root
+  node_index "$1"
+  local pf="$D/run/slurmd-node$1.pid"
+  if alive "$pf" slurmd; then kill -KILL "$(cat "$pf")"; fi
+  kill_orphan_steps "$D/log/slurmd-node$1.log"
+  log "node$1 lost: its slurmd and job steps were killed"
+}
+
+cmd_revive_node() {
+  need_root
+  node_index "$1"
+  alive "$D/run/slurmd-node$1.pid" slurmd || slurmd -N "node$1" -f "$CONF" 9>&- || die "slurmd node$1 failed to start"
+  for _ in $(seq 1 300); do
+    [ "$(timeout 5 sinfo -h -N -n "node$1" -o %t 2>/dev/null)" = idle ] && { log "node$1 is back"; return 0; }
+    sleep 0.2
+  done
+  die "node$1 did not return to idle in 60 s (see $D/log/slurmd-node$1.log)"
+}
+
 cmd_status() {
   if is_up; then
     sinfo
@@ -339,15 +370,19 @@ cmd_status() {
 }
 
 main() {
-  if [ "$#" -ne 1 ]; then
-    echo "[$ME] expected one sub-command (usage: bash scripts/$ME start|stop|status)" >&2; exit 2
-  fi
+  local usage_line="usage: bash scripts/$ME start|stop|status|kill-node I|revive-node I"
+  case "${1:-}" in
+    kill-node | revive-node) [ "$#" -eq 2 ] || { echo "[$ME] $1 takes a node number ($usage_line)" >&2; exit 2; } ;;
+    *) [ "$#" -eq 1 ] || { echo "[$ME] expected one sub-command ($usage_line)" >&2; exit 2; } ;;
+  esac
   case "$1" in
+    kill-node) check_knobs; cmd_kill_node "$2" ;;
+    revive-node) check_knobs; cmd_revive_node "$2" ;;
     start) check_knobs; cmd_start ;;
     stop) check_knobs; cmd_stop ;;
     status) check_knobs; cmd_status ;;
     -h | --help | help) usage; exit 0 ;;
-    *) echo "[$ME] unknown sub-command '$1' (usage: bash scripts/$ME start|stop|status)" >&2; exit 2 ;;
+    *) echo "[$ME] unknown sub-command '$1' ($usage_line)" >&2; exit 2 ;;
   esac
 }
 

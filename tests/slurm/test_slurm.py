@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, mldist, wait_for_progress
+from helpers import wait_for as wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 Submit = Callable[..., str]
@@ -204,3 +206,43 @@ def test_a_job_whose_ranks_never_join_says_so_and_each_rank_has_its_variables(
         log = mldist(["logs", job, "--rank", str(rank)], env=slurm_env).stdout
         keras_id, tf_config = log.split("VARS ", 1)[1].splitlines()[0].split(" ", 1)
         assert keras_id == str(rank) and json.loads(tf_config)["task"] == {"type": "worker", "index": rank}, log
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_an_elastic_job_loses_a_node_and_completes_without_requeue(
+    slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
+) -> None:
+    """--nodes 3 --min-nodes 2: node3's slurmd and processes die in epoch 2; the job re-forms on 2 and completes."""
+    out = tmp_path / "job"
+    job = _submit(
+        slurm_env,
+        "--scheduler", "slurm", "--nodes", "3", "--min-nodes", "2", "--tasks-per-node", "1", "--time", "10",
+        "--venv", str(ROOT / ".venv"), "--output-dir", str(out), "--job-name", "elastic",
+        "--", str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tests" / "workers" / "elastic_keras.py"), str(out),
+    )  # fmt: skip
+    rank0 = out / "rank-0.log"
+    cluster = ["bash", str(ROOT / "scripts" / "slurm-cluster.sh")]
+    try:
+        wait_until(lambda: "EPOCH 2 BEGIN 3" in _text(rank0), 240, f"epoch 2 of 3 ranks in {rank0}")
+        before = len(_text(rank0))
+        subprocess.run([*cluster, "kill-node", "3"], env=slurm_env, check=True, timeout=60, capture_output=True)
+        killed = time.monotonic()
+        wait_until(lambda: "FIRST STEP" in _text(rank0)[before:], 120, "the first step after the re-form")
+        print(f"node3 killed to the first step on 2 nodes: {time.monotonic() - killed:.1f} s")
+        status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=240)
+    finally:
+        subprocess.run([*cluster, "revive-node", "3"], env=slurm_env, timeout=120, capture_output=True)
+    batch = mldist(["logs", job], env=slurm_env).stdout
+    why = f"{status}\n{batch}\n--- rank 0\n{_text(rank0)[-3000:]}"
+    assert " COMPLETED " in f" {status} " and " restarts " not in status, why
+    assert re.search(r"mldist: lost node node3 \(it does not answer\); re-forming the world on node1,node2: "
+                     r"2 worker\(s\) \(--min-nodes 2\)", batch), why  # fmt: skip
+    assert "job step ended with exit code 0" in batch, why
+    log0 = _text(rank0)
+    assert "EPOCH 5 BEGIN 2" in log0 and "DONE 0 2" in log0, why  # rank 0 of the 2-node world finished
+    assert "DONE 1 2" in _text(out / "rank-1.log"), why
+    reforms = json.loads((out / "run" / "elastic.json").read_text())["reforms"]
+    assert [(r["lost"], r["before"], r["after"]) for r in reforms] == [(["node3"], 3, 2)], reforms

@@ -172,10 +172,30 @@ def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ())
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
 
 
+def _nodes(text: str) -> int | tuple[int, int]:
+    """``--nodes``: a count, or ``MIN-MAX`` (an elastic job, as ``sbatch --nodes``).
+
+    Example:
+        >>> _nodes("2"), _nodes("2-4")
+        (2, (2, 4))
+    """
+    if "-" not in text:
+        return count(1)(text)
+    low, _, high = text.partition("-")
+    try:
+        pair = count(1)(low), count(1)(high)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count or MIN-MAX (e.g. 2-4): {exc}") from None
+    if pair[0] > pair[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: give MIN-MAX with MIN <= MAX (e.g. 2-4)")
+    return pair
+
+
 def _add_sizes(p: _Skipping) -> None:
     """The job's numbers: nodes, tasks, GPUs, CPUs, threads, cores and the grace period."""
     for flag, kind, text in (
-        ("--nodes", count(1), "nodes (default 1)"),
+        ("--nodes", _nodes, "nodes (default 1); MIN-MAX: an elastic job on what Slurm gives (see --min-nodes)"),
+        ("--min-nodes", count(1), "elastic (Slurm): keep the job when a node fails; train on while this many remain"),
         ("--tasks-per-node", count(1, 1024), "tasks per node (default: one per GPU, else 1)"),
         ("--gpus-per-node", count(0, 64), "GPUs per node"),
         ("--cpus-per-task", count(1, 4096), "CPUs per task (threads per rank)"),

@@ -60,6 +60,12 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"grace": -5}, "--grace -5"),
     ({"venv": "/v", "conda": "c"}, "--venv"),
     ({"command": ()}, "no command"),
+    ({"nodes": 2, "min_nodes": 3}, "--min-nodes 3"),
+    ({"nodes": 2, "min_nodes": 0}, "--min-nodes 0"),
+    ({"nodes": 2, "min_nodes": 1, "scheduler": "pbs"}, "--min-nodes: pbs"),
+    ({"nodes": 2, "min_nodes": 1, "scheduler": "cobalt"}, "--min-nodes: cobalt"),
+    ({"nodes": 2, "min_nodes": 1, "launcher": "openmpi"}, "--launcher openmpi"),
+    ({"nodes": 2, "min_nodes": 1, "container": "/i.sif"}, "--container"),
 ]
 
 
@@ -83,6 +89,7 @@ def test_refused_values_name_themselves(kw: dict[str, Any], named: str) -> None:
         {"env": (("_X1", "any\nthing"),)},
         {"directives": ("--comment=has spaces and 'quotes'",)},
         {"requeue": True, "time": "10", "grace": 599},
+        {"nodes": 2, "min_nodes": 2},
     ],
 )
 def test_plain_values_are_accepted(kw: dict[str, Any]) -> None:
@@ -119,3 +126,13 @@ def test_limits_are_scheduler_specific() -> None:
         parsed_directives(text, "slurm")
     )
     assert ("-J", "0-3") in parsed_directives(render(JobSpec(command=CMD, scheduler="pbs", array="0-3")), "pbs")
+
+
+@pytest.mark.parametrize(("kw", "nodes"), [({"min_nodes": 2}, "3"), ({"min_nodes": 2, "nodes_range": True}, "2-3")])
+def test_an_elastic_job_keeps_its_nodes_and_starts_through_the_agent(kw: dict[str, Any], nodes: str) -> None:
+    text = render(JobSpec(command=CMD, nodes=3, tasks_per_node=2, requeue=True, time="10", **kw))
+    directives = parsed_directives(text, "slurm")
+    assert f"--nodes={nodes}" in directives and "--no-kill" in directives, directives
+    agent = "python3 -m mldist.launch.batch.agent --min-nodes 2 --tasks-per-node 2 --requeue -- srun "
+    assert agent in text and "mldist.launch.batch.formed" not in text  # rounds have fewer ranks
+    assert "--no-kill" not in parsed_directives(render(JobSpec(command=CMD, nodes=3)), "slurm")

@@ -30,7 +30,16 @@ from .spec import JobSpec
 #: Options given as lists: a site profile's items come first, the command line's after.
 _LISTS = ("modules", "binds", "directives", "env_source", "container_args")
 #: Options the command line sets over a site profile when given.
-_INT_OPTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "cores_per_node")
+_INT_OPTS = (
+    "nodes",
+    "min_nodes",
+    "tasks_per_node",
+    "gpus_per_node",
+    "cpus_per_task",
+    "hyperthreads",
+    "grace",
+    "cores_per_node",
+)
 _STR_OPTS: tuple[str, ...] = (
     "time",
     "dependency",
@@ -98,6 +107,7 @@ def build_spec(
     for key in (*_INT_OPTS, *_STR_OPTS):
         if options.get(key) is not None:
             opts[key] = options[key]
+    _node_range(opts)
     opts.update(fixed or {})
     if opts.get("queue") is None and partitions:
         opts["queue"] = partitions.get("gpu" if opts.get("gpus_per_node") else "cpu")
@@ -120,6 +130,18 @@ def build_spec(
     out = options.get("output_dir") or f"mldist-jobs/{name}-{stamp}"
     opts["output_dir"] = str(Path(out).expanduser().absolute())
     return check(JobSpec(command=tuple(command), **opts))
+
+
+def _node_range(opts: dict[str, Any]) -> None:
+    """``--nodes MIN-MAX`` (a pair): an elastic job asking for that range; with ``--min-nodes`` it is one too many."""
+    if not isinstance(opts.get("nodes"), tuple):
+        return
+    if opts.get("min_nodes") is not None:
+        raise ConfigError("--nodes MIN-MAX and --min-nodes both set the minimum: give one")
+    opts["min_nodes"], opts["nodes"] = opts["nodes"]
+    opts["nodes_range"] = opts["min_nodes"] < opts["nodes"]
+    if not opts["nodes_range"]:
+        opts["min_nodes"] = None  # 2-2: a fixed world
 
 
 def _detect(options: Mapping[str, Any], say: Callable[[str], None]) -> str:

@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 from ...errors import ConfigError
-from .launchers import LAUNCHERS
+from .launchers import LAUNCHERS, launcher_name
 from .schedulers import scheduler
 from .spec import JobSpec
 
@@ -31,6 +31,7 @@ def check(s: JobSpec) -> JobSpec:
     """
     if s.launcher is not None and s.launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    _check_elastic(s)
     found = [c for c in scheduler(s.scheduler).path_forbidden if c in s.output_dir]
     if found:
         raise ConfigError(
@@ -38,3 +39,19 @@ def check(s: JobSpec) -> JobSpec:
             "choose a plainer path"
         )
     return s
+
+
+def _check_elastic(s: JobSpec) -> None:
+    """An elastic job (``--min-nodes``) needs a scheduler that keeps the allocation and a launcher of steps."""
+    if s.min_nodes is None:
+        return
+    if not scheduler(s.scheduler).elastic:
+        raise ConfigError(
+            f"--min-nodes: {s.scheduler} cannot keep a job's nodes when one fails; elastic jobs need Slurm "
+            "(--no-kill). Use --requeue to resume from the last checkpoint instead"
+        )
+    if s.container:
+        raise ConfigError("--min-nodes with --container: not yet (the elastic agent runs outside the image); "
+                          "use --venv or --conda")  # fmt: skip
+    if not LAUNCHERS[launcher_name(s)].steps:
+        raise ConfigError(f"--min-nodes re-forms the world with srun steps: drop --launcher {launcher_name(s)}")

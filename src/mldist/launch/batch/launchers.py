@@ -210,6 +210,7 @@ class Launcher:
         probe: argv prefix that runs a command on one compute node (the batch
             script may run elsewhere, as on ALPS service nodes); [] runs it in place.
         sites: where it is used, for the README table.
+        steps: it starts steps inside the allocation on named nodes, as an elastic job's agent needs.
     """
 
     name: str
@@ -217,12 +218,13 @@ class Launcher:
     setup: Callable[[JobSpec], list[str]] = lambda s: []
     probe: tuple[str, ...] = ()
     sites: str = ""
+    steps: bool = False
 
 
 LAUNCHERS: dict[str, Launcher] = {
     r.name: r
     for r in (
-        Launcher("srun", _srun, setup=_srun_mpi_lines, sites="Slurm: Alps, Frontier, Perlmutter, Saga"),
+        Launcher("srun", _srun, setup=_srun_mpi_lines, sites="Slurm: Alps, Frontier, Perlmutter, Saga", steps=True),
         Launcher("aprun", _aprun, probe=("aprun", "-n", "1", "-N", "1", "-cc", "none"), sites="Cobalt + ALPS: Theta"),
         Launcher("pals", _pals, sites="PBS Pro + Cray PALS: Polaris, Aurora"),
         Launcher("openmpi", _openmpi, setup=_forward_lines, sites="Open MPI mpirun: ThetaGPU, clusters"),

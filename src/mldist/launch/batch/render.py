@@ -183,7 +183,7 @@ def hook_lines(s: JobSpec) -> list[str]:
 def formed_lines(s: JobSpec) -> list[str]:
     """After a step that succeeded, where the job's python3 has mldist: say so when its ranks never
     formed a group (an error with ``MLDIST_REQUIRE_GROUP=1``)."""
-    if s.container:
+    if s.container or s.min_nodes is not None:  # an elastic job's rounds have fewer ranks than it started with
         return []
     check = f'python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" {s.total_tasks} || code=1'
     # Only where the job's python3 has mldist (it found the hook): the ranks may run another one.
@@ -196,7 +196,7 @@ def launch_step(s: JobSpec) -> list[str]:
     The rank wrapper gets the number of ``--wrap`` words first, then those words, the container
     prefix and the command.
     """
-    words = [*launch_argv(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap))]
+    words = [*elastic_agent(s), *launch_argv(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap))]
     words += [Raw(wrap_word(w)) for w in s.wrap]
     run = " ".join(word(a) for a in [*words, *container_prefix(s), *s.command])
     lines = [
@@ -219,6 +219,27 @@ def launch_step(s: JobSpec) -> list[str]:
         f'  echo "mldist: USR1 came before the workers started: requeueing without starting them"; code={REQUEUE_CODE}',
         "else",
         *("  " + line for line in lines),
+        "fi",
+    ]
+
+
+def elastic_agent(s: JobSpec) -> list[str]:
+    """The words that hand an elastic job's srun line to :mod:`mldist.launch.batch.agent` ([] otherwise)."""
+    if s.min_nodes is None:
+        return []
+    agent = ["python3", "-m", "mldist.launch.batch.agent", "--min-nodes", str(s.min_nodes)]
+    return [*agent, "--tasks-per-node", str(s.tasks), *(["--requeue"] if s.requeue else []), "--"]
+
+
+def elastic_check(s: JobSpec) -> list[str]:
+    """An elastic job stops at once, in one line, where the job's python3 has no mldist to run the agent."""
+    if s.min_nodes is None:
+        return []
+    return [
+        "if ! python3 -c 'import mldist.launch.batch.agent' 2>/dev/null; then",
+        "  echo \"mldist: --min-nodes: the job's python3 ($(command -v python3)) has no mldist to re-form the world; "
+        'give --venv or --conda with mldist installed" >&2',
+        "  exit 1",
         "fi",
     ]
 
@@ -266,6 +287,7 @@ def render(s: JobSpec) -> str:
     lines += ["unset " + " ".join(s.unset)] if s.unset else []
     lines += environment_record(s)
     lines += hook_lines(s)
+    lines += elastic_check(s)
     lines += launch_step(s)
     lines += formed_lines(s)
     lines += ['kill "$watcher" 2>/dev/null'] if timer else []

@@ -111,6 +111,10 @@ class JobSpec:
         container_args: extra ``apptainer exec`` options (binds, ``--rocm``, ...).
         container_cache: where a pulled ``docker://``/``library://`` image is kept (default: the job directory).
         mldist_path: the submitting mldist package, bound into a container that has none.
+        min_nodes: an elastic job: it keeps its allocation when a node fails (Slurm ``--no-kill``) and
+            goes on while at least this many nodes remain (:mod:`mldist.launch.batch.agent`).
+        nodes_range: ask for ``min_nodes``-``nodes`` nodes and start on what the scheduler gives
+            (``--nodes 2-4``), not for ``nodes`` exactly.
     """
 
     command: tuple[str, ...]
@@ -152,6 +156,8 @@ class JobSpec:
     container_args: tuple[str, ...] = ()
     container_cache: str | None = None
     mldist_path: str | None = None
+    min_nodes: int | None = None
+    nodes_range: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -245,6 +251,8 @@ def _validate(s: JobSpec) -> None:
     for text in texts:
         if "\0" in text:
             raise ConfigError(f"{text!r} contains a NUL byte, which no shell can pass on")
+    if s.min_nodes is not None and not 1 <= s.min_nodes <= s.nodes:
+        raise ConfigError(f"--min-nodes {s.min_nodes} must be between 1 and --nodes {s.nodes}")
     if s.requeue and s.time is None:
         raise ConfigError("--requeue needs --time: the signal is sent --grace seconds before the limit")
     if s.requeue and s.time_seconds is not None and s.grace >= s.time_seconds:

@@ -72,6 +72,7 @@ class Scheduler:
         path_forbidden: characters the output directory cannot hold in a directive.
         array_index: shell expression of an array task's index ("" if the scheduler has no arrays).
         array_log: an array task's batch log, relative to the output directory (``{id}``, ``{index}``).
+        elastic: a job can keep its allocation when a node fails (Slurm's ``--no-kill``).
     """
 
     name: str
@@ -94,6 +95,7 @@ class Scheduler:
     path_forbidden: str = "\"\\%\n\r\0 \t#'"
     array_index: str = ""
     array_log: str = ""
+    elastic: bool = False
 
     def directive_lines(self, spec: JobSpec) -> list[str]:
         """The header's directive lines: the table's rows, then the user's raw ones."""

@@ -39,7 +39,7 @@ def directives(s: JobSpec) -> list[Row]:
     """The ``#SBATCH`` rows of a job."""
     rows: list[Row] = [
         ("--job-name", s.job_name),
-        ("--nodes", str(s.nodes)),
+        ("--nodes", f"{s.min_nodes}-{s.nodes}" if s.nodes_range else str(s.nodes)),
         ("--ntasks-per-node", str(s.tasks)),
         # An array task's %j is its own id; %A_%a names it by the array's id (the one recorded) and index.
         ("--output", _output(s.output_dir + ("/job-%A_%a.out" if s.array else "/job-%j.out"))),
@@ -59,6 +59,8 @@ def directives(s: JobSpec) -> list[Row]:
     ]
     if s.requeue:
         rows += [("--requeue", ""), ("--signal", f"B:USR1@{s.grace}")]
+    if s.min_nodes is not None:  # keep the allocation when a node fails: the agent re-forms on the rest
+        rows += [("--no-kill", "")]
     return rows
 
 
@@ -125,4 +127,5 @@ SLURM = Scheduler(
     path_forbidden='"\\%\n\r\0',
     array_index="${SLURM_ARRAY_TASK_ID:-0}",
     array_log="job-{id}_{index}.out",
+    elastic=True,
 )

@@ -1,0 +1,206 @@
+"""Inside an elastic Slurm job: start the ranks with srun, and re-form them on the nodes left after a loss.
+
+``mldist submit --nodes 3 --min-nodes 2`` (or ``--nodes 2-4``) writes ``#SBATCH --no-kill``: Slurm
+keeps the allocation when a node fails. The batch script hands its srun line to this agent, which
+runs it over the allocation's nodes. When srun says that a task ended badly or a node failed, the
+agent asks every node of the step, with a one-task step of ``true`` each, whether it answers; the
+nodes that do not are lost. At or above ``--min-nodes`` nodes left, it stops the step and starts a
+new one on the rest (``MLDIST_RESTART`` counting up, the ranks numbered anew); the workers' elastic
+state (``hvd.elastic``, ``mldist.keras.Elastic``) resumes from its last commit. Below it, the job ends
+with exit code 75 under ``--requeue`` (the script then requeues it), else with the step's code. A
+failure while every node answers ends the job as a fixed world's would.
+
+The agent runs with the script's python3 (mldist there) and prints its lines into the batch log.
+
+Example::
+
+    python3 -m mldist.launch.batch.agent --min-nodes 2 --tasks-per-node 1 -- \\
+        srun --kill-on-bad-exit=1 --nodes=3 --ntasks=3 python train.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from ...base.files import atomic_write
+from ...errors import REQUEUE_CODE
+from ..elastic import RUN_ENV
+
+#: srun's lines that start a loss check: a task that ended badly, or a node Slurm gave up on.
+TROUBLE = re.compile(r"srun: error: (?:Node failure on (\S+)|(\S+): tasks? [0-9,-]+: )")
+#: Seconds a node may take to run one ``true`` step before it counts as lost.
+PROBE_TIMEOUT = 10.0
+#: Seconds srun gets to end its step after the agent stopped it, before SIGKILL.
+STOP_GRACE = 5.0
+#: The srun options the agent decides each round.
+_DECIDED = ("--nodes=", "--ntasks=", "--nodelist=", "--overlap")
+
+
+def round_argv(srun: Sequence[str], nodes: Sequence[str], tasks_per_node: int, again: bool) -> list[str]:
+    """The srun line of one round: on ``nodes``, ``tasks_per_node`` ranks each.
+
+    Args:
+        srun: the batch script's srun line (its ``--nodes``/``--ntasks`` are replaced).
+        nodes: the nodes of this round.
+        tasks_per_node: ranks per node.
+        again: a round after a loss: ``--overlap``, since the lost step may hold its CPUs until Slurm
+            hears from the lost node.
+
+    Example:
+        >>> round_argv(["srun", "--nodes=3", "--ntasks=6", "python", "t.py"], ["n1", "n2"], 2, True)
+        ['srun', '--nodes=2', '--ntasks=4', '--nodelist=n1,n2', '--overlap', 'python', 't.py']
+    """
+    rest = [w for w in srun[1:] if not w.startswith(_DECIDED)]
+    decided = [f"--nodes={len(nodes)}", f"--ntasks={len(nodes) * tasks_per_node}", f"--nodelist={','.join(nodes)}"]
+    return [srun[0], *decided, *(["--overlap"] if again else []), *rest]
+
+
+def probe_argv(node: str) -> list[str]:
+    """A one-task step of ``true`` on ``node`` (sharing the CPUs of the job's steps)."""
+    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1",
+            "--mpi=none", "--kill-on-bad-exit=1", f"--nodelist={node}", "true"]  # fmt: skip
+
+
+def answering(nodes: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT) -> dict[str, bool]:
+    """Whether each node runs a ``true`` step within ``timeout`` (asked in parallel)."""
+    found: dict[str, bool] = {}
+
+    def ask(node: str) -> None:
+        try:
+            res = subprocess.run(probe_argv(node), capture_output=True, timeout=timeout, env=dict(env), check=False)
+            found[node] = res.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            found[node] = False
+
+    threads = [threading.Thread(target=ask, args=(node,), daemon=True) for node in nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1)
+    return {node: found.get(node, False) for node in nodes}
+
+
+def job_nodes(env: Mapping[str, str]) -> list[str]:
+    """The allocation's nodes, in order (``scontrol show hostnames $SLURM_JOB_NODELIST``)."""
+    listed = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
+    res = subprocess.run(["scontrol", "show", "hostnames", listed], capture_output=True, text=True, env=dict(env))
+    nodes = res.stdout.split()
+    if res.returncode != 0 or not nodes:
+        raise SystemExit(f"mldist: cannot list the job's nodes ({listed!r}): {res.stderr.strip()[:200]}")
+    return nodes
+
+
+class Round:
+    """One srun step: its stderr passed on line by line, and the first line that calls for a loss check."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str]) -> None:
+        self.trouble = threading.Event()
+        self.trouble_at = 0.0  # time.monotonic() of srun's first line of trouble
+        self.proc = subprocess.Popen(argv, env=dict(env), stderr=subprocess.PIPE, text=True, errors="replace")
+        assert self.proc.stderr is not None
+        self.reader = threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True)
+        self.reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            if TROUBLE.search(line) and not self.trouble.is_set():
+                self.trouble_at = time.monotonic()
+                self.trouble.set()
+
+    def stop(self) -> int:
+        """End the step (SIGTERM, SIGKILL after :data:`STOP_GRACE`); srun's exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                return self.proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()
+
+
+def supervise(step: Round, nodes: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str]]:
+    """Wait for the step; its exit code and the nodes lost (checked once, at the first sign of trouble)."""
+    while step.proc.poll() is None and not step.trouble.wait(0.2):
+        pass
+    if step.proc.poll() == 0:
+        return 0, []
+    lost = [node for node, ok in answering(nodes, env).items() if not ok]
+    code = step.stop() if lost else step.proc.wait()
+    return code, lost
+
+
+def say(line: str) -> None:
+    print(f"mldist: {line}", flush=True)
+
+
+def record(run_dir: str | None, reforms: list[dict[str, object]]) -> None:
+    """The re-formings so far, in ``<run dir>/elastic.json`` (owner-only, written whole)."""
+    if run_dir:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write(Path(run_dir) / "elastic.json", json.dumps({"reforms": reforms}, indent=1) + "\n", mode=0o600)
+
+
+def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env: Mapping[str, str]) -> int:
+    """Rounds of ``srun`` over the nodes that remain, until one ends without a lost node; its exit code."""
+    nodes = job_nodes(env)
+    stop: list[Round] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if stop and stop[-1].proc.poll() is None:
+            stop[-1].proc.send_signal(signum)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(s, forward)
+    elastic_id = f"slurm-{env.get('SLURM_JOB_ID', 'job')}-{env.get('MLDIST_ATTEMPT', '0')}-{os.getpid()}"
+    reforms: list[dict[str, object]] = []
+    while True:
+        round_env = {**env, "MLDIST_RESTART": str(len(reforms)), RUN_ENV: elastic_id}
+        step = Round(round_argv(srun, nodes, tasks_per_node, bool(reforms)), round_env)
+        stop.append(step)
+        code, lost = supervise(step, nodes, env)
+        if not lost:
+            return code if code >= 0 else 128 - code  # as a shell reports a signal
+        left = [n for n in nodes if n not in lost]
+        words = f"lost node {', '.join(lost)} (it does not answer)"
+        if len(left) < min_nodes:
+            then = "requeueing the job (--requeue)" if requeue else "ending the job"
+            say(f"{words}; {len(left)} node(s) left, below --min-nodes {min_nodes}: {then}")
+            return REQUEUE_CODE if requeue else (code if code > 0 else 1)  # srun stopped: 1
+        took = time.monotonic() - (step.trouble_at or time.monotonic())
+        say(f"{words}; re-forming the world on {','.join(left)}: {len(left) * tasks_per_node} worker(s) "
+            f"(--min-nodes {min_nodes}), {took:.1f} s after srun reported it")  # fmt: skip
+        reforms.append({"lost": lost, "before": len(nodes) * tasks_per_node, "after": len(left) * tasks_per_node,
+                        "restart_s": round(took, 3)})  # fmt: skip
+        record(env.get("MLDIST_RUN_DIR"), reforms)
+        nodes = left
+
+
+def main(argv: list[str]) -> int:
+    """``python -m mldist.launch.batch.agent --min-nodes M --tasks-per-node T [--requeue] -- srun ...``."""
+    p = argparse.ArgumentParser(prog="python -m mldist.launch.batch.agent", description=__doc__.split("\n")[0])
+    p.add_argument("--min-nodes", type=int, required=True)
+    p.add_argument("--tasks-per-node", type=int, required=True)
+    p.add_argument("--requeue", action="store_true")
+    p.add_argument("srun", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    srun = args.srun[1:] if args.srun[:1] == ["--"] else args.srun
+    if not srun or args.min_nodes < 1 or args.tasks_per_node < 1:
+        p.error("give --min-nodes and --tasks-per-node of at least 1, then -- and the srun line")
+    return run(srun, args.min_nodes, args.tasks_per_node, args.requeue, os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
