@@ -15,7 +15,7 @@ import pytest
 
 from mldist.base import rejoin
 from mldist.launch.config import ElasticConfig, RunConfig
-from mldist.launch.elastic import DISCOVER_EVERY, Watch, grow, lost_hosts, reform
+from mldist.launch.elastic import DISCOVER_EVERY, Watch, forget, grow, lost_hosts, reform
 
 HOSTS = (("hx1", 1), ("hx2", 1), ("hx3", 1))
 
@@ -102,3 +102,16 @@ def test_the_world_grows_on_every_listed_host_that_answers(
     assert (done.joined, done.before, done.after) == (["hx3"], 2, 3)
     said = capsys.readouterr().err
     assert "host(s) hx3 joined; re-forming the world on hx1,hx2,hx3: 3 worker(s) (--max-np 3)" in said
+
+
+def test_a_failed_run_forgets_its_commits_on_every_host(tmp_path: Path) -> None:
+    agent, log = tmp_path / "log-ssh", tmp_path / "ssh.log"
+    agent.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    agent.chmod(0o755)
+    env = {"PRTE_MCA_plm_ssh_agent": str(agent), rejoin.RUN_ENV: "e0a1", rejoin.DIR_ENV: "/c d"}
+    forget(["hx2", "hx1", "hx2"], env)
+    lines = sorted(log.read_text().splitlines())
+    assert [line.split()[4] for line in lines] == ["hx1", "hx2"], lines
+    assert all(line.endswith("rm -rf -- '/c d'/mldist-\"$(id -u)\"/e0a1") for line in lines), lines
+    forget(["hx1"], {"PRTE_MCA_plm_ssh_agent": str(agent)})  # not an elastic run: nothing asked
+    assert len(log.read_text().splitlines()) == 2

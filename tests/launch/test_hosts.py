@@ -68,6 +68,19 @@ def test_two_ranks_on_two_hosts_share_one_world(hosts_env: dict[str, str], tmp_p
     assert json.loads((run_dir / "summary.json").read_text())["exit_code"] == 0
 
 
+def test_horovod_run_with_min_np_re_forms_without_the_failed_host(hosts_env: dict[str, str], tmp_path: Path) -> None:
+    """horovod.run(fn, hosts=, min_np=2): hx3's worker fails after epoch 2's commit; the function ends on 2."""
+    argv = [PY, "-m", "mldist.horovod.alias", str(WORKERS / "hvd_run_elastic.py"), "hx1:1,hx2:1,hx3:1"]
+    res = subprocess.run(argv, env=hosts_env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, tail(res)
+    assert "lost host hx3 (its worker failed); re-forming the world on hx1,hx2: 2 worker(s)" in res.stderr, tail(res)
+    (line,) = [line for line in res.stdout.splitlines() if line.startswith("RESULT ")]
+    rows = json.loads(line.split(" ", 1)[1])
+    # 2 epochs on 3 (commit 2 kept), 3 more on 2; each rank resumed at epoch 2.
+    assert rows == [{"rank": r, "size": 2, "first_epoch": 2, "total": 3 + 3 + 2 + 2 + 2} for r in (0, 1)], rows
+    assert not list(tmp_path.glob(".mldist-horovod-run-*")), "the shared task directory is removed"
+
+
 def test_a_hostfile_and_the_network_interface(hosts_env: dict[str, str], tmp_path: Path) -> None:
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# the test hosts\nhx1 slots=1\nhx2:1\n")

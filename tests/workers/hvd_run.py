@@ -17,7 +17,7 @@ def train(scale: int, offset: int = 0) -> dict[str, int]:
 
 
 results = horovod.run(train, args=(10,), kwargs={"offset": 1}, np=2, use_mpi=True)
-try:  # an elastic world loses hosts: it starts from mldist run, and horovod.run says so in one line
+try:  # an elastic world loses hosts: on this host alone horovod.run says so in one line
     horovod.run(train, args=(10,), np=2, min_np=1)
     elastic = "accepted"
 except Exception as exc:  # mldist's UnsupportedError: the test reads its name

@@ -17,11 +17,43 @@ Example:
 
 from __future__ import annotations
 
+import os
+import shlex
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 #: The elastic run's id (set by ``mldist run --min-np`` / ``--host-discovery-script`` for its workers).
 RUN_ENV = "MLDIST_ELASTIC_ID"
+#: A folder for the workers' in-memory commits other than /dev/shm (tests; a site whose /dev/shm is small).
+DIR_ENV = "MLDIST_COMMITS_DIR"
+#: Where a host keeps the commits of elastic runs: ``<base>/mldist-<uid>/<run id>/`` (mldist.checkpoint.commits).
+SHM = "/dev/shm"
+
+
+def commits_base(env: Mapping[str, str]) -> str:
+    """The folder holding each user's ``mldist-<uid>`` folder of commits on this host.
+
+    Example:
+        >>> commits_base({"MLDIST_COMMITS_DIR": "/scratch/c"})
+        '/scratch/c'
+    """
+    return env.get(DIR_ENV) or (SHM if os.path.isdir(SHM) else tempfile.gettempdir())
+
+
+def forget_command(env: Mapping[str, str], run_id: str) -> str:
+    """A shell command that removes an elastic run's commits on the host it runs on (after a failed run;
+    the workers remove theirs after a whole one).
+
+    Example:
+        >>> forget_command({"MLDIST_COMMITS_DIR": "/c"}, "e1f2")
+        'rm -rf -- /c/mldist-"$(id -u)"/e1f2'
+    """
+    if not run_id.isalnum():
+        raise ValueError(f"elastic run id {run_id!r} is not alphanumeric")
+    return f'rm -rf -- {shlex.quote(commits_base(env))}/mldist-"$(id -u)"/{run_id}'
+
+
 #: The line rank 0 prints once it resumed in a re-formed world: the launcher times the re-forming by it.
 RESUMED = "mldist: elastic: resumed"
 

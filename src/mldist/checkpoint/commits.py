@@ -28,18 +28,16 @@ import os
 import pickle
 import socket
 import stat
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..base import rejoin
 from ..base.files import atomic_write, make_dirs
 from ..errors import CheckpointError
 
-#: The elastic run's id (:data:`mldist.launch.elastic.RUN_ENV`), and a folder for the copies other
-#: than /dev/shm (tests; a site whose /dev/shm is small).
-RUN_ENV, DIR_ENV = "MLDIST_ELASTIC_ID", "MLDIST_COMMITS_DIR"
-SHM = Path("/dev/shm")
+#: The elastic run's id, and a folder for the copies other than /dev/shm (:mod:`mldist.base.rejoin`).
+RUN_ENV, DIR_ENV = rejoin.RUN_ENV, rejoin.DIR_ENV
 
 
 def host_name(env: Mapping[str, str]) -> str:
@@ -57,8 +55,7 @@ def folder(env: Mapping[str, str]) -> Path | None:
     run = env.get(RUN_ENV, "")
     if not run or not run.isalnum():
         return None
-    base = Path(env[DIR_ENV]) if env.get(DIR_ENV) else SHM if SHM.is_dir() else Path(tempfile.gettempdir())
-    return base / f"mldist-{os.getuid()}" / run
+    return Path(rejoin.commits_base(env)) / f"mldist-{os.getuid()}" / run
 
 
 def host_copy(env: Mapping[str, str], number: int, host: str | None = None) -> Path | None:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
-import socket
 import sys
 from typing import Any
 
 from ..errors import ConfigError
+from ..launch.hosts import parse_hosts, read_hostfile, this_host
 from .common import Handler, add_command, command_after_dashes, count, seconds, step_range
 
 RUN_EXAMPLE = """\
@@ -186,52 +185,6 @@ def register(sub: Any) -> dict[str, Handler]:
     return {"run": _cmd_run, "env": _cmd_env}
 
 
-_HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
-
-
-def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
-    """``(host, slots)`` of a ``host:slots,...`` list (or hostfile lines joined by commas).
-
-    Example:
-        >>> parse_hosts("node1:2,node2")
-        (('node1', 2), ('node2', 1))
-    """
-    out = []
-    for item in filter(None, text.split(",")):
-        match = _HOST_SLOTS.fullmatch(item)
-        if not match:
-            raise ConfigError(f"{flag} {text!r}: write host:slots,... (e.g. node1:2,node2:2)")
-        out.append((match.group(1), int(match.group(2) or 1)))
-    if not out or sum(slots for _, slots in out) < 1:
-        raise ConfigError(f"{flag} {text!r} gives no slots")
-    return tuple(out)
-
-
-_HOSTFILE_LINE = re.compile(r"([A-Za-z0-9_.-]+)(?:(?::|\s+slots=)([0-9]{1,4}))?")
-
-
-def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
-    """The hosts of a hostfile: 'host', 'host:slots' or 'host slots=N' per line; '#' starts a comment."""
-    try:
-        lines = open(path).read().splitlines()  # noqa: SIM115 - a small text file
-    except OSError as exc:
-        raise ConfigError(f"--hostfile {path!r}: {exc.strerror}") from None
-    items = []
-    for number, line in enumerate(lines, 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        match = _HOSTFILE_LINE.fullmatch(line)
-        if not match:
-            raise ConfigError(f"--hostfile {path!r} line {number}: {line!r}; write 'host', 'host:2' or 'host slots=2'")
-        items.append(f"{match.group(1)}:{match.group(2) or 1}")
-    return parse_hosts(",".join(items), "--hostfile")
-
-
-def _this_host() -> set[str]:
-    return {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
-
-
 def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ...]]:
     """-n/-np and the hosts: -H or --hostfile naming only this host just count workers here."""
     nprocs = args.nprocs
@@ -239,7 +192,7 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     if not hosts and args.host_discovery_script:
         hosts = _discovered(args)
     slots = sum(n for _, n in hosts)
-    if hosts and all(host in _this_host() for host, _ in hosts):
+    if hosts and all(host in this_host() for host, _ in hosts):
         if nprocs is not None and nprocs != slots:
             raise ConfigError(f"-np {nprocs} but -H gives {slots} slots on this host; make them agree")
         return slots, ()

@@ -170,13 +170,15 @@ def ssh_agent(env: Mapping[str, str]) -> list[str]:
     return [*shlex.split(agent.split(":")[0]), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 
 
-def answering(hosts: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT) -> dict[str, bool]:
-    """Whether each host runs ``true`` over ssh within ``timeout`` (asked in parallel)."""
+def answering(
+    hosts: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT, command: str = "true"
+) -> dict[str, bool]:
+    """Whether each host runs ``command`` (``true``) over ssh within ``timeout`` (asked in parallel)."""
     agent, found = ssh_agent(env), {}
 
     def ask(host: str) -> None:
         try:
-            argv = [*agent, host, "true"]
+            argv = [*agent, host, command]
             res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, env=dict(env))
             found[host] = res.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -203,6 +205,14 @@ def lost_hosts(hosts: Hosts, said: Iterable[str], env: Mapping[str, str]) -> tup
     if named:
         return named[:1], "its worker failed"
     return [], ""
+
+
+def forget(hosts: Iterable[str], env: Mapping[str, str]) -> None:
+    """After a failed elastic run: remove its commits from every host's memory (the workers remove theirs
+    after a whole run); hosts that do not answer keep them until they restart."""
+    run_id = env.get(RUN_ENV, "")
+    if run_id:
+        answering(sorted(set(hosts)), env, command=rejoin.forget_command(env, run_id))
 
 
 RESUMED = rejoin.RESUMED  # the workers' line once they resumed (mldist.base.rejoin)

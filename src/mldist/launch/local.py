@@ -107,6 +107,8 @@ def run(cfg: RunConfig) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        if cfg.elastic is not None and code != 0:
+            elastic.forget((h for g in current for h, _ in g.cfg.hosts), env)
         if record is not None:
             reformed = [r.record() for r in reforms]
             record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received, never, reformed)

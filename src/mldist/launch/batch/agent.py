@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -29,10 +30,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from ...base import rejoin
 from ...base.files import atomic_write
 from ...errors import REQUEUE_CODE
 from ..elastic import RUN_ENV
@@ -66,10 +69,16 @@ def round_argv(srun: Sequence[str], nodes: Sequence[str], tasks_per_node: int, a
     return [srun[0], *decided, *(["--overlap"] if again else []), *rest]
 
 
-def probe_argv(node: str) -> list[str]:
-    """A one-task step of ``true`` on ``node`` (sharing the CPUs of the job's steps)."""
-    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1",
-            "--mpi=none", "--kill-on-bad-exit=1", f"--nodelist={node}", "true"]  # fmt: skip
+def step_argv(nodes: Sequence[str], command: Sequence[str]) -> list[str]:
+    """A step of one task per node of ``nodes`` running ``command``, beside the job's steps (``--overlap``).
+
+    Example:
+        >>> step_argv(["n3"], ["true"])[-2:]
+        ['--nodelist=n3', 'true']
+    """
+    n = len(nodes)
+    return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--cpus-per-task=1",
+            "--mpi=none", "--kill-on-bad-exit=1", f"--nodelist={','.join(nodes)}", *command]  # fmt: skip
 
 
 def answering(nodes: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT) -> dict[str, bool]:
@@ -78,7 +87,9 @@ def answering(nodes: Sequence[str], env: Mapping[str, str], timeout: float = PRO
 
     def ask(node: str) -> None:
         try:
-            res = subprocess.run(probe_argv(node), capture_output=True, timeout=timeout, env=dict(env), check=False)
+            res = subprocess.run(
+                step_argv([node], ["true"]), capture_output=True, timeout=timeout, env=dict(env), check=False
+            )
             found[node] = res.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             found[node] = False
@@ -153,6 +164,15 @@ def record(run_dir: str | None, reforms: list[dict[str, object]]) -> None:
         atomic_write(Path(run_dir) / "elastic.json", json.dumps({"reforms": reforms}, indent=1) + "\n", mode=0o600)
 
 
+def ended(code: int, nodes: Sequence[str], env: Mapping[str, str]) -> int:
+    """``code``; after a failure, the run's commits are first removed from the memory of ``nodes``."""
+    if code != 0 and nodes:
+        argv = step_argv(nodes, ["sh", "-c", rejoin.forget_command(env, env[RUN_ENV])])
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(argv, env=dict(env), capture_output=True, timeout=30, check=False)
+    return code
+
+
 def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env: Mapping[str, str]) -> int:
     """Rounds of ``srun`` over the nodes that remain, until one ends without a lost node; its exit code."""
     nodes = job_nodes(env)
@@ -164,21 +184,23 @@ def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, forward)
-    elastic_id = f"slurm-{env.get('SLURM_JOB_ID', 'job')}-{env.get('MLDIST_ATTEMPT', '0')}-{os.getpid()}"
+    elastic_id = uuid.uuid4().hex[:16]  # where each node keeps the workers' commits (mldist.checkpoint.commits)
+    env = {**env, RUN_ENV: elastic_id}
     reforms: list[dict[str, object]] = []
     while True:
-        round_env = {**env, "MLDIST_RESTART": str(len(reforms)), RUN_ENV: elastic_id}
-        step = Round(round_argv(srun, nodes, tasks_per_node, bool(reforms)), round_env)
+        step = Round(
+            round_argv(srun, nodes, tasks_per_node, bool(reforms)), {**env, "MLDIST_RESTART": str(len(reforms))}
+        )
         stop.append(step)
         code, lost = supervise(step, nodes, env)
         if not lost:
-            return code if code >= 0 else 128 - code  # as a shell reports a signal
+            return ended(code if code >= 0 else 128 - code, nodes, env)  # a signal as a shell reports it
         left = [n for n in nodes if n not in lost]
         words = f"lost node {', '.join(lost)} (it does not answer)"
         if len(left) < min_nodes:
             then = "requeueing the job (--requeue)" if requeue else "ending the job"
             say(f"{words}; {len(left)} node(s) left, below --min-nodes {min_nodes}: {then}")
-            return REQUEUE_CODE if requeue else (code if code > 0 else 1)  # srun stopped: 1
+            return ended(REQUEUE_CODE if requeue else (code if code > 0 else 1), left, env)  # srun stopped: 1
         took = time.monotonic() - (step.trouble_at or time.monotonic())
         say(f"{words}; re-forming the world on {','.join(left)}: {len(left) * tasks_per_node} worker(s) "
             f"(--min-nodes {min_nodes}), {took:.1f} s after srun reported it")  # fmt: skip
