@@ -129,20 +129,44 @@ def test_requeued_job_resumes_from_its_checkpoint_and_completes(
     assert weights[0].size > 0 and np.array_equal(weights[0], weights[1])
 
 
-def test_mldist_run_inside_an_allocation_stays_on_its_node(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    """`mldist run -n 2` in a 2-node job: both ranks on the batch script's node (mpiexec must not spread them)."""
-    out = tmp_path / "out.txt"
-    probe = "import os; from mpi4py import MPI; print('RANK', MPI.COMM_WORLD.rank, os.environ['SLURMD_NODENAME'])"
-    script = tmp_path / "job.sh"
+#: Each rank's world, node and an all-reduce of rank + 1 over the world (the MPI engine across the nodes).
+PROBE = (
+    "import os, mldist; ctx = mldist.init(); "
+    "s = float(mldist.allreduce([float(ctx.rank + 1)], op='sum')[0]); "
+    "print('RANK', ctx.rank, ctx.size, os.environ['SLURMD_NODENAME'], ctx.communication, s, flush=True)"
+)
+
+
+def _ranks(text: str) -> list[str]:
+    return sorted(line.split("RANK ", 1)[1] for line in text.splitlines() if "RANK " in line)
+
+
+def test_mldist_run_inside_an_allocation_spreads_over_its_nodes(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    """salloc -N 2 and an sbatch script: `mldist run` starts its ranks over both nodes through srun."""
+    py, run = ROOT / ".venv" / "bin" / "python", ROOT / ".venv" / "bin" / "mldist"
+    salloc = ["salloc", "-N", "2", "--ntasks-per-node=1", str(run), "run", "-n", "2", "--run-dir", str(tmp_path / "r")]
+    res = subprocess.run([*salloc, "--", str(py), "-c", PROBE], env=slurm_env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _ranks(res.stdout) == ["0 2 node1 mpi 3.0", "1 2 node2 mpi 3.0"], res.stdout + res.stderr
+    assert re.search(r"inside Slurm job \d+: 2 worker\(s\) over node1,node2 through srun", res.stderr), res.stderr
+    assert "RANK 1 2 node2" in (tmp_path / "r" / "rank-1.log").read_text()  # the run directory as ever
+
+    # In a batch script: -n defaults to the job's tasks; more is refused in one line; --local stays here.
+    out, script = tmp_path / "out.txt", tmp_path / "job.sh"
     script.write_text(
         f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 -o {out}\n"
-        f'{ROOT}/.venv/bin/mldist run -n 2 -- {ROOT}/.venv/bin/python -c "{probe}"\necho EXIT $?\n'
+        f'{run} run --no-run-dir -- {py} -c "{PROBE}"\necho EXIT $?\n'
+        f"{run} run -n 3 --no-run-dir -- true\necho REFUSED $?\n"
+        f'{run} run --local -n 2 --no-run-dir -- {py} -c "{PROBE}" | sed s/RANK/LOCAL/\n'
     )
     res = subprocess.run(["sbatch", "--wait", str(script)], env=slurm_env, capture_output=True, text=True, timeout=300)
     text = out.read_text() if out.exists() else ""
-    assert res.returncode == 0 and "EXIT 0" in text, res.stderr + text
-    ranks = sorted(line.split("RANK ", 1)[1] for line in text.splitlines() if "RANK " in line)
-    assert ranks == ["0 node1", "1 node1"], text
+    assert res.returncode == 0 and "EXIT 0" in text and "REFUSED 2" in text, res.stderr + text
+    assert _ranks(text) == ["0 2 node1 mpi 3.0", "1 2 node2 mpi 3.0"], text
+    assert re.search(r"-n 3 is more than the 2 task\(s\) of slurm job \d+ \(2 node\(s\)\)", text), text
+    local = sorted(line.split("LOCAL ", 1)[1] for line in text.splitlines() if "LOCAL " in line)
+    assert local == ["0 2 node1 mpi 3.0", "1 2 node1 mpi 3.0"], text
 
 
 def test_stacks_shows_every_rank_of_a_running_two_node_job(

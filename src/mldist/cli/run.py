@@ -15,7 +15,8 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
-from ..launch.hosts import parse_hosts, read_hostfile, this_host
+from ..launch.hosts import parse_hosts, read_hostfile, read_nodefile, this_host
+from ..placement.allocation import allocation
 from .common import Handler, add_command, command_after_dashes, count, seconds, step_range
 
 RUN_EXAMPLE = """\
@@ -28,6 +29,7 @@ example:
   mldist run -H node1:2,node2:2 -- python train.py    # other hosts, over ssh (MPI engine)
   mldist run --hostfile hosts.txt --network-interface 10.1.0.0/16 -- python train.py
   mldist run -H n1:1,n2:1,n3:1 --min-np 2 -- python elastic_train.py   # lose a host, go on
+  salloc -N 2 mldist run -- python train.py   # inside an allocation: over its nodes (srun); --local: here
   KERAS_BACKEND=jax mldist run -n 2 -- python keras_guide.py   # keras.distribution.initialize()
   mldist run -n 2 --tf-config -- python mwms_train.py   # TF_CONFIG per worker
 
@@ -125,6 +127,18 @@ def _add_output_flags(run: Any) -> None:
     )
 
 
+def _add_count_flags(run: Any) -> None:
+    """-n and --local: how many workers, and whether an allocation's nodes get them."""
+    run.add_argument(
+        "-n", "-np", "--nprocs", type=count(1, 4096),
+        help="number of workers (-np as in horovodrun; inside a batch allocation: its tasks by default)",
+    )  # fmt: skip
+    run.add_argument(
+        "--local", action="store_true",
+        help="inside a batch allocation (salloc, sbatch, qsub): start the workers on this node only",
+    )  # fmt: skip
+
+
 def register(sub: Any) -> dict[str, Handler]:
     """Add ``run`` and ``env`` to the subcommands; their handlers by name."""
     run = add_command(
@@ -134,7 +148,7 @@ def register(sub: Any) -> dict[str, Handler]:
         RUN_EXAMPLE,
         "Start N workers of COMMAND on this host, all-or-nothing.",
     )
-    run.add_argument("-n", "-np", "--nprocs", type=count(1, 4096), help="number of workers (-np as in horovodrun)")
+    _add_count_flags(run)
     _add_horovodrun_flags(run)
     _add_output_flags(run)
     run.add_argument(
@@ -185,9 +199,12 @@ def register(sub: Any) -> dict[str, Handler]:
     return {"run": _cmd_run, "env": _cmd_env}
 
 
-def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """-n/-np and the hosts: -H or --hostfile naming only this host just count workers here."""
+def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ...], Any]:
+    """-n/-np, the hosts and the allocation: -H or --hostfile naming only this host just count workers here;
+    inside a batch allocation (not --local), its nodes and tasks."""
     nprocs = args.nprocs
+    if args.hosts is not None and not args.hosts.strip(","):
+        raise ConfigError(f"-H {args.hosts!r} names no host: give host:slots,... (e.g. node1:2,node2:2)")
     hosts = read_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else ()
     if not hosts and args.host_discovery_script:
         hosts = _discovered(args)
@@ -195,10 +212,29 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     if hosts and all(host in this_host() for host, _ in hosts):
         if nprocs is not None and nprocs != slots:
             raise ConfigError(f"-np {nprocs} but -H gives {slots} slots on this host; make them agree")
-        return slots, ()
+        return slots, (), None
+    if not hosts and not args.local and (found := allocation(os.environ)) is not None:
+        return _in_allocation(found, nprocs)
     if nprocs is None and not hosts:
         raise ConfigError("say how many workers: mldist run -n 2 -- python train.py")
-    return (slots if nprocs is None else nprocs), hosts
+    return (slots if nprocs is None else nprocs), hosts, None
+
+
+def _in_allocation(found: Any, nprocs: int | None) -> tuple[int, tuple[tuple[str, int], ...], Any]:
+    """-n and the hosts of a batch allocation: -n defaults to its tasks and may not exceed them."""
+    hosts = read_nodefile(found.nodefile) if found.nodefile else ()
+    if not found.nodefile:  # Slurm: its tasks spread over its nodes
+        each = -(-found.slots // max(len(found.nodes), 1))
+        hosts = tuple((node, each) for node in found.nodes)
+    slots = sum(n for _, n in hosts) if found.nodefile else found.slots
+    if not hosts or slots < 1:
+        raise ConfigError(f"inside {found.scheduler} job {found.job_id}, but it names no nodes; use --local")
+    if nprocs is not None and nprocs > slots:
+        raise ConfigError(
+            f"-n {nprocs} is more than the {slots} task(s) of {found.scheduler} job {found.job_id} "
+            f"({len(hosts)} node(s)); give -n {slots} or less, or --local for this node only"
+        )
+    return (slots if nprocs is None else nprocs), hosts, found
 
 
 #: horovodrun's --log-level, and the TF_CPP_MIN_LOG_LEVEL that shows the same.
@@ -241,7 +277,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ..launch.local import RunConfig, run
 
     plot_wanted(os.environ)  # a bad MLDIST_PLOT stops here, not in every worker after TensorFlow's start
-    nprocs, hosts = _placement(args)
+    nprocs, hosts, found = _placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
     cfg = RunConfig(
@@ -262,6 +298,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         mpi_args=args.mpi_args or (),
         env=_horovodrun_env(args),
         elastic=_elastic(args, nprocs, hosts),
+        allocation=found,
     )
     return run(cfg)
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, LaunchError
+from ..placement.allocation import Allocation
 from ..placement.engines import COMMUNICATIONS, Decision
 
 #: The values of ``--network``: where directly started workers' servers listen.
@@ -112,6 +113,8 @@ class RunConfig:
             the CLI builds it, set by the launcher once it has decided, then read by every part.
         elastic: with ``hosts``, an elastic world (:class:`ElasticConfig`): a lost host re-forms the
             world on the others instead of ending the run; None for a fixed world.
+        allocation: the batch allocation whose nodes ``hosts`` are (:mod:`mldist.placement.allocation`):
+            the workers start through its scheduler's launcher (:mod:`mldist.launch.allocated`), not ssh.
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
@@ -138,6 +141,7 @@ class RunConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     decision: Decision | None = None
     elastic: ElasticConfig | None = None
+    allocation: Allocation | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -168,6 +172,8 @@ class RunConfig:
         for host, slots in self.hosts:
             if not HOST_NAME.fullmatch(host) or slots < 1:
                 raise ConfigError(f"-H {host}:{slots}: give host names with 1 or more slots (e.g. node1:2)")
+        if self.allocation is not None and (not self.hosts or self.elastic is not None):
+            raise ConfigError("inside an allocation the workers go over its nodes: no -H, no --min-np (or --local)")
         if self.hosts and self.nprocs > sum(slots for _, slots in self.hosts):
             raise ConfigError(f"-n {self.nprocs} is more than the {sum(s for _, s in self.hosts)} slots of -H")
         if self.hosts and (self.log_dir or self.cpu_bind != "none"):

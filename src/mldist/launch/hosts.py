@@ -11,6 +11,7 @@ import re
 import socket
 
 from ..errors import ConfigError
+from ..placement.allocation import nodefile_hosts
 
 _HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
 
@@ -57,3 +58,12 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
 def this_host() -> set[str]:
     """The names under which this host may appear in a host list."""
     return {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
+
+
+def read_nodefile(path: str) -> tuple[tuple[str, int], ...]:
+    """The hosts of a PBS node file (one line per slot), in order."""
+    try:
+        text = open(path).read()  # noqa: SIM115 - a small text file
+    except OSError as exc:
+        raise ConfigError(f"PBS node file {path!r}: {exc.strerror}; use --local") from None
+    return nodefile_hosts(text)

@@ -35,6 +35,7 @@ from ..errors import REFORM_CODE, REQUEUE_CODE, ConfigError
 from ..placement import common, engines
 from ..placement.resources import thread_plan
 from . import elastic
+from .allocated import GROUPS, SRUN_STARTED
 from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, find_mpiexec
@@ -235,10 +236,12 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
         gpu=engines.gpu_device_nodes(),
         mpi=lambda: _world_to_form(cfg.nprocs, env),
     )
+    if cfg.allocation is not None and cfg.allocation.scheduler in SRUN_STARTED:  # srun reaches the nodes itself
+        return decision, GROUPS[cfg.allocation.scheduler]
     if cfg.hosts:  # mpiexec starts them whatever the engine: it is the only way onto the other hosts
         if isinstance(world := _world_to_form(cfg.nprocs, env), str):
             raise ConfigError(f"-H/--hostfile starts the workers through Open MPI's mpiexec: {world}")
-        return decision, RemoteGroup
+        return decision, GROUPS[cfg.allocation.scheduler] if cfg.allocation is not None else RemoteGroup
     return decision, MpiexecGroup if decision.mpi_world else DirectGroup
 
 

