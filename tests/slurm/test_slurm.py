@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import ROOT, mldist, wait_for_progress
+from helpers import PY, ROOT, mldist, wait_for_progress
 from helpers import wait_for as wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -249,8 +249,11 @@ def test_an_elastic_job_loses_a_node_and_completes_without_requeue(
     )  # fmt: skip
     rank0 = out / "rank-0.log"
     cluster = ["bash", str(ROOT / "scripts" / "slurm-cluster.sh")]
+    follow = subprocess.Popen([PY, "-m", "mldist", "logs", "-f", job], env=slurm_env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        wait_until(lambda: "EPOCH 2 BEGIN 3" in _text(rank0), 240, f"epoch 2 of 3 ranks in {rank0}")
+        shown = _status_while(slurm_env, job, lambda: "EPOCH 2 BEGIN 3" not in _text(rank0), 240)
+        _queued_job_shows_its_expected_start(slurm_env, tmp_path, _submit)
         before = len(_text(rank0))
         subprocess.run([*cluster, "kill-node", "3"], env=slurm_env, check=True, timeout=60, capture_output=True)
         killed = time.monotonic()
@@ -259,6 +262,7 @@ def test_an_elastic_job_loses_a_node_and_completes_without_requeue(
         status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=240)
     finally:
         subprocess.run([*cluster, "revive-node", "3"], env=slurm_env, timeout=120, capture_output=True)
+        followed = follow.communicate(timeout=60)[0]  # `logs -f` ends with the job
     batch = mldist(["logs", job], env=slurm_env).stdout
     why = f"{status}\n{batch}\n--- rank 0\n{_text(rank0)[-3000:]}"
     assert " COMPLETED " in f" {status} " and " restarts " not in status, why
@@ -270,3 +274,41 @@ def test_an_elastic_job_loses_a_node_and_completes_without_requeue(
     assert "DONE 1 2" in _text(out / "rank-1.log"), why
     reforms = json.loads((out / "run" / "elastic.json").read_text())["reforms"]
     assert [(r["lost"], r["before"], r["after"]) for r in reforms] == [(["node3"], 3, 2)], reforms
+
+    # `mldist status` while it ran: the epoch, a rate and a time left that fell; after: the final figures.
+    left = [float(m.group(1)) for line in shown if (m := re.search(r", ([0-9.]+) s left \(written", line))]
+    assert len(left) >= 2 and left[-1] < left[0], shown
+    assert all(re.search(r"RUNNING .* epoch [1-6]/6 step [0-9]+/4, [0-9,]+ samples/s, loss ", s) for s in shown), shown
+    final = mldist(["status", job], env=slurm_env).stdout
+    assert re.search(r" COMPLETED .* epoch 6/6 step 6/6, [0-9,]+ samples/s, loss [0-9.e-]+, .* finished", final), final
+    # `mldist logs -f` returned once the job ended, with every rank's last line.
+    for rank in (0, 1, 2):
+        last = _text(out / f"rank-{rank}.log").rstrip("\n").rsplit("\n", 1)[-1]
+        assert f"[{rank}] {last}" in followed, (rank, last, followed[-2000:])
+    assert follow.returncode == 0 and "job step ended with exit code 0" in followed, followed[-2000:]
+
+
+def _status_while(env: dict[str, str], job: str, going: Callable[[], bool], timeout: float) -> list[str]:
+    """``mldist status JOB`` lines with training progress, asked while ``going()``."""
+    deadline, shown = time.monotonic() + timeout, []
+    while going():
+        assert time.monotonic() < deadline, f"timed out; status so far {shown}"
+        line = mldist(["status", job], env=env).stdout.strip()
+        if " left (written " in line:
+            shown.append(line)
+    return shown
+
+
+def _queued_job_shows_its_expected_start(env: dict[str, str], tmp_path: Path, submit: Submit) -> None:
+    """A job queued behind the running one (it holds every node): status shows Slurm's start estimate."""
+    queued = submit(env, "--nodes", "1", "--time", "5", "--output-dir", str(tmp_path / "queued"), "--", "true")
+    try:
+        line = ""
+        for _ in range(40):
+            line = mldist(["status", queued], env=env).stdout
+            if "expected to start" in line:
+                break
+            time.sleep(0.5)
+        assert re.search(r" PENDING .*\(expected to start 20[0-9-]+T[0-9:]+\)", line), line
+    finally:
+        mldist(["cancel", queued], env=env)

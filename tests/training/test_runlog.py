@@ -127,6 +127,11 @@ def test_a_training_run_leaves_metrics_plot_events_and_summary(digits_run: Path)
     assert summary["exit_code"] == 0 and summary["exit_codes"] == [0, 0] and summary["status"] == "ok"
     assert summary["samples_per_second"] > 0 and all(s > 0 for s in summary["samples_per_second_per_worker"])
     assert all(t > 0 for t in summary["step_seconds_per_rank"]) and "accuracy" in summary["final_metrics"]
+    # What `mldist status` reads: rank 0's progress, finished, with 2 workers' rate and the last metrics.
+    progress = json.loads((d / "training.json").read_text())
+    assert (progress["epoch"], progress["epochs"], progress["done"]) == (20, 20, True), progress
+    assert progress["step"] == progress["steps"] > 0 and progress["samples_per_second"] > 0, progress
+    assert {"loss", "accuracy"} <= set(progress["metrics"]) and progress["epoch_seconds"] > 0, progress
 
 
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:

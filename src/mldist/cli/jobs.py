@@ -295,12 +295,29 @@ def _cmd_status(args: argparse.Namespace) -> int:
             st = job_status(record)
             code = "" if st.exit_code is None else f" exit {st.exit_code}"
             extra = f" restarts {st.restarts}" if st.restarts else ""
-            print(f"{record.job_id:>14}  {st.state:<12}{code}{extra}  {record.output_dir}")
+            shown = _progress(record, st.state, st.final)
+            print(f"{record.job_id:>14}  {st.state:<12}{code}{extra}  {record.output_dir}{shown}")
         except ConfigError as exc:
             if args.job:
                 raise
-            print(f"{record.job_id:>14}  {'UNKNOWN':<12}  {exc}")
+            print(f"{record.job_id:>14}  {'UNKNOWN':<12}  {exc}{_progress(record, 'UNKNOWN', True)}")
     return 0
+
+
+def _progress(record: Any, state: str, final: bool) -> str:
+    """After a job's state: a queued job's expected start; a started training job's progress (training.json)."""
+    from ..base import training
+    from ..launch.batch.records import start_estimate
+
+    if state == "PENDING":
+        when = start_estimate(record)
+        return f"  (expected to start {when})" if when else ""
+    if record.array:  # each task has its own run directory: mldist logs shows them
+        return ""
+    rec = training.read(Path(record.output_dir) / "run")
+    if rec is None:
+        return "  (no training progress yet)" if state == "RUNNING" else ""
+    return "  " + training.describe(rec, ended=final)
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

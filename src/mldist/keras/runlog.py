@@ -47,7 +47,7 @@ from typing import Any
 import keras
 
 from .. import runtime
-from ..base import rundir
+from ..base import rundir, training
 from ..base.files import atomic_write
 from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
 from ..errors import ConfigError
@@ -160,6 +160,8 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
         self._batch: int | None = None
         self._t0 = self._t_train = 0.0
         self._steps = 0
+        self._epoch, self._progress_at = 0, 0.0
+        self._epoch_seconds: float | None = None
 
     def _warn(self, what: str, exc: BaseException | str) -> None:
         if what not in self.warned:
@@ -193,11 +195,29 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._t0 = self._t_train = time.perf_counter()
-        self._steps = 0
+        self._steps, self._epoch = 0, epoch + 1
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps = batch + 1
         self._t_train = time.perf_counter()
+        if self._chief and self.path is not None and self._t_train - self._progress_at >= training.WRITE_EVERY:
+            self._progress(logs or {})
+
+    def _progress(self, logs: dict[str, Any], done: bool = False) -> None:
+        """Rank 0: ``training.json`` (:mod:`mldist.base.training`), for ``mldist status``."""
+        assert self.path is not None
+        self._progress_at = time.perf_counter()
+        mine = speed(self._steps, self._t_train - self._t0, self._batch)
+        rate = mine["samples_per_second"]
+        params = getattr(self, "params", None) or {}
+        rec = training.record(
+            self._epoch, params.get("epochs"), self._steps, params.get("steps"), mine["step_seconds"],
+            None if rate is None else rate * self._size, logs, self._epoch_seconds, done,
+        )  # fmt: skip
+        try:
+            write_json(self.path / training.FILE, rec)
+        except OSError as exc:
+            self._warn(training.FILE, exc)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         if self.path is None:
@@ -228,6 +248,8 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
                 "samples_per_second": None if rate is None else round(rate * self._size, 3),
             }
             self._chief_outputs(epoch, epoch_row(epoch, logs or {}, timing))
+            self._epoch_seconds = seconds
+            self._progress(logs or {})
 
     def _chief_outputs(self, epoch: int, row: dict[str, Any]) -> None:
         """Rank 0: the table rows, the plot and the TensorBoard scalars of one epoch."""
@@ -260,6 +282,8 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._draw()
+        if self._chief and self.path is not None:
+            self._progress(logs or {}, done=True)
         if self._writers is not None:
             self._writers.close()
             self._writers = None

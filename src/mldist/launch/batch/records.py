@@ -211,6 +211,16 @@ def job_status(record: JobRecord) -> JobStatus:
     return parse_status(record.scheduler, record.job_id, res.stdout if res.returncode == 0 else "")
 
 
+def start_estimate(record: JobRecord) -> str | None:
+    """When the scheduler expects a queued job to start (its words, e.g. ``2026-11-27T08:00:00``), or None."""
+    ask = scheduler(record.scheduler).start_estimate
+    if ask is None:
+        return None
+    res = run_command(ask(record.job_id))
+    words = res.stdout.split() if res.returncode == 0 else []
+    return words[0] if words and words[0] not in ("N/A", "Unknown", "(null)") else None
+
+
 def cancel(record: JobRecord) -> None:
     """Cancel a job."""
     argv = scheduler(record.scheduler).cancel(record.job_id)

@@ -73,6 +73,8 @@ class Scheduler:
         array_index: shell expression of an array task's index ("" if the scheduler has no arrays).
         array_log: an array task's batch log, relative to the output directory (``{id}``, ``{index}``).
         elastic: a job can keep its allocation when a node fails (Slurm's ``--no-kill``).
+        start_estimate: argv asking when a queued job is expected to start (its output: the time), if the
+            scheduler tells.
     """
 
     name: str
@@ -96,6 +98,7 @@ class Scheduler:
     array_index: str = ""
     array_log: str = ""
     elastic: bool = False
+    start_estimate: Callable[[str], list[str]] | None = None
 
     def directive_lines(self, spec: JobSpec) -> list[str]:
         """The header's directive lines: the table's rows, then the user's raw ones."""

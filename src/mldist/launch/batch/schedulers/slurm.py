@@ -128,4 +128,5 @@ SLURM = Scheduler(
     array_index="${SLURM_ARRAY_TASK_ID:-0}",
     array_log="job-{id}_{index}.out",
     elastic=True,
+    start_estimate=lambda job_id: ["squeue", "--start", "-h", "-j", job_id, "-o", "%S"],
 )
