@@ -10,8 +10,10 @@ Run:
 
 Each rank writes OUT/result-rank{R}.json with the final test loss and accuracy,
 and a checksum of its weights (equal on every rank when training was in step).
-OUT is ``--out``: under ``mldist run`` its run directory ($MLDIST_RUN_DIR, next to the logs
-and metrics), else runs/digits; the last line names it.
+OUT is ``--out``, else the run directory: ``mldist run``'s ($MLDIST_RUN_DIR, next to the logs
+and metrics), or the one RunLog makes on rank 0 (runs/digits_cnn-<time>; under a bare ``srun``
+or ``mpiexec`` the other ranks know no shared directory and write their results only with
+``--out``). The last line names it.
 """
 
 from __future__ import annotations
@@ -37,11 +39,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3, help="single-worker learning rate (scaled by workers)")
     p.add_argument("--warmup-epochs", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--out",
-        default=os.environ.get("MLDIST_RUN_DIR") or "runs/digits",
-        help="directory for the result files (default: mldist run's run directory, else runs/digits)",
-    )
+    p.add_argument("--out", help="directory for the result files (default: the run directory)")
     p.add_argument("--checkpoint-dir", help="save checkpoints here and resume from the newest one")
     return p.parse_args()
 
@@ -121,15 +119,18 @@ def main() -> None:
         "host": os.uname().nodename,
         "engine": ctx.communication,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".result-rank{ctx.rank}.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out / f"result-rank{ctx.rank}.json")
+    # One directory for everything of the run: --out, else RunLog's (mldist run's on every rank).
+    run_dir = next((c.path for c in callbacks if isinstance(c, mldist.keras.RunLog)), None)
+    out = Path(args.out) if args.out else run_dir
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / f".result-rank{ctx.rank}.json.tmp"
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+        tmp.replace(out / f"result-rank{ctx.rank}.json")
     if ctx.is_chief:
         print(
             f"{ctx.size} worker(s): test accuracy {accuracy:.4f}, loss {loss:.4f}, "
-            f"{seconds:.1f} s training; results in {out}/",
+            f"{seconds:.1f} s training; " + (f"results in {out}/" if out else "no results directory"),
             flush=True,
         )
 

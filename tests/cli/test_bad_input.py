@@ -16,6 +16,18 @@ SUBMIT = ["submit", "--scheduler", "slurm", "--dry-run"]
 RUN = ["run", "-n", "2"]
 CASES: list[tuple[str, list[str], str]] = [
     ("run-log-dir-is-a-file", [*RUN, "--log-dir", "{file}", "--", "true"], "is a file"),
+    ("run-hosts-empty", ["run", "-H", "", "--", "true"], "-H '' names no host"),
+    ("run-n-hosts-empty", [*RUN, "-H", "", "--", "true"], "-H '' names no host"),
+    (
+        "build-env-wheelhouse-below-a-file-dry",
+        ["build-env", "--venv", "{tmp}/v", "--wheelhouse", "{file}/wh", "--dry-run"],
+        "is a file, so no directory can be made below it",
+    ),
+    (
+        "build-env-wheelhouse-below-a-file",
+        ["build-env", "--venv", "{tmp}/v", "--wheelhouse", "{file}/wh"],
+        "is a file, so no directory can be made below it",
+    ),
     ("run-log-dir-unwritable", [*RUN, "--log-dir", "/proc/mldist-logs", "--", "true"], "cannot be created"),
     ("run-grace-nan", [*RUN, "--grace", "nan", "--", "true"], "not a finite number"),
     ("run-failure-grace-inf", [*RUN, "--failure-grace", "inf", "--", "true"], "not a finite number"),
@@ -31,6 +43,29 @@ CASES: list[tuple[str, list[str], str]] = [
     ("submit-nodes-huge", [*SUBMIT, "--nodes", "99999999999999999999999", "--", "true"], "not a whole number"),
     ("submit-nodes-over-bound", [*SUBMIT, "--nodes", "200000", "--", "true"], "more than 100000"),
     ("submit-nodes-range-down", [*SUBMIT, "--nodes", "4-2", "--", "true"], "MIN <= MAX"),
+    ("submit-array-down", [*SUBMIT, "--array", "3-1", "--", "true"], "the range 3-1 goes down"),
+    (
+        "submit-srun-mpi-on-pbs",
+        [*SUBMIT[:2], "pbs", *SUBMIT[3:], "--srun-mpi", "pmix", "--", "true"],
+        "--srun-mpi pmix chooses srun's MPI plugin",
+    ),
+    ("submit-pull-without-container", [*SUBMIT, "--container-pull", "login", "--", "true"], "there is no --container"),
+    (
+        "submit-pull-local-sif",
+        [*SUBMIT, "--container-pull", "login", "--container", "{file}", "--", "true"],
+        "is a local image, so nothing is pulled",
+    ),
+    (
+        "submit-container-cache-empty",
+        [*SUBMIT, "--container", "docker://a/b:1", "--container-cache", "", "--", "true"],
+        "--container-cache '' names nothing",
+    ),
+    ("submit-array-word", [*SUBMIT, "--array", "x", "--", "true"], "--array 'x': give indices"),
+    (
+        "submit-array-pbs-throttle",
+        [*SUBMIT[:2], "pbs", *SUBMIT[3:], "--array", "0-9%2", "--", "true"],
+        "PBS has no throttle",
+    ),
     ("submit-min-nodes-zero", [*SUBMIT, "--min-nodes", "0", "--", "true"], "not at least 1"),
     ("submit-min-nodes-over", [*SUBMIT, "--nodes", "2", "--min-nodes", "3", "--", "true"], "--min-nodes 3 must be"),
     ("submit-min-nodes-twice", [*SUBMIT, "--nodes", "2-4", "--min-nodes", "2", "--", "true"], "give one"),
@@ -97,7 +132,7 @@ def _mldist(args: list[str], cwd: Path, **extra: str) -> subprocess.CompletedPro
 
 @pytest.mark.parametrize(("args", "fragment"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str, workdir: Path) -> None:
-    args = [a.replace("{file}", str(workdir / "a-file")) for a in args]
+    args = [a.replace("{file}", str(workdir / "a-file")).replace("{tmp}", str(workdir)) for a in args]
     res = _mldist(args, workdir)
     assert res.returncode == 2, (res.stdout, res.stderr)
     lines = res.stderr.strip().splitlines()

@@ -121,6 +121,12 @@ def test_bad_environment_is_reported_not_raised() -> None:
     assert "SLURM_PROCID='x' is not an integer" in res.stdout
 
 
+def test_a_bad_engine_setting_is_shown_with_its_value() -> None:
+    res = check(mldist(["env", "--no-tensorflow"], env=clean_env(MLDIST_COMMUNICATION="bogus")))
+    (line,) = [line for line in res.stdout.splitlines() if line.startswith("engine ")]
+    assert line.endswith("error (asked: bogus) - communication='bogus' is not one of auto, mpi, ring, nccl"), line
+
+
 def test_env_lists_the_variables_of_the_stack_by_name_and_no_unknown_node() -> None:
     ours = {
         "XLA_FLAGS": "--xla_gpu_cuda_data_dir=/opt/cuda",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, clean_env, mldist, processes_with, tail
+from helpers import PY, ROOT, clean_env, mldist, processes_with, tail
 from mldist.errors import ConfigError
 from mldist.keras.epochs import append_row, epoch_row, plot_png, read_rows
 from mldist.keras.runlog import RunLog, resolve_run_dir, speed
@@ -181,6 +181,20 @@ def test_plain_python_gets_a_default_run_dir_with_validation_curves(tmp_path: Pa
     assert probed == ["plot after epoch 0 False", "plot after epoch 1 False", "plot after fit True"], res.stdout
     assert len(list(csv.DictReader((tmp_path / "hourly" / "metrics.csv").open()))) == 2
     assert "MLDIST_PLOT=0: True False" in res.stdout, res.stdout
+
+
+@pytest.mark.slow
+def test_the_example_without_mldist_run_writes_one_run_directory(tmp_path: Path) -> None:
+    """python examples/digits_cnn.py: results, metrics and progress in RunLog's runs/digits_cnn-<time>/ alone."""
+    env = {k: v for k, v in clean_env(MLDIST_PLOT="0").items() if k != "MLDIST_RUNS_DIR"}
+    argv = [PY, str(ROOT / "examples" / "digits_cnn.py"), "--epochs", "1"]
+    res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, tail(res)
+    (made,) = (tmp_path / "runs").iterdir()
+    assert made.name.startswith("digits_cnn-") and {"result-rank0.json", "metrics.csv", "training.json"} <= {
+        p.name for p in made.iterdir()
+    }
+    assert res.stdout.rstrip().endswith(f"results in {made}/"), res.stdout[-500:]
 
 
 def test_tensorboard_refuses_a_missing_run_dir(tmp_path: Path) -> None:

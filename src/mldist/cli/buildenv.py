@@ -8,6 +8,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
@@ -132,6 +133,12 @@ def _wheelhouse_dir(args: argparse.Namespace) -> str | None:
     path = _absolute(args.wheelhouse, "--wheelhouse")
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--wheelhouse {args.wheelhouse!r} is not a directory; give a directory for the wheels")
+    above = next(p for p in path.parents if p.exists())  # what the wheelhouse would be made in
+    if not path.exists() and not above.is_dir():
+        raise ConfigError(f"--wheelhouse {args.wheelhouse!r}: {above} is a file, so no directory can be made "
+                          "below it; give a directory for the wheels")  # fmt: skip
+    if not path.exists() and not os.access(above, os.W_OK | os.X_OK):
+        raise ConfigError(f"--wheelhouse {args.wheelhouse!r}: {above} is not writable; give a directory you can write")
     return str(path)
 
 

@@ -270,7 +270,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if args.output_dir is None:  # a default name is made unique (-2, -3, ...); a dry run only looks
         out = new_directory(spec.output_dir, PRIVATE_DIR, create=not args.dry_run)
         spec = dataclasses.replace(spec, output_dir=str(out))
-    spec, pull = plan_pull(spec, args.container_pull, shutil.which)
+    say = (lambda line: print(line, file=sys.stderr)) if args.dry_run else None
+    spec, pull = plan_pull(spec, args.container_pull, shutil.which, say)
     if args.dry_run:
         if pull:
             print(f"mldist submit: dry run: the image is not pulled (it would be: {pull.shell()})", file=sys.stderr)

@@ -198,7 +198,9 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict
 
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
     """
-    out = {"requested": "", "choice": "none (one process)", "mpi_library": "", "reason": ""}
+    # What was asked, as given: a value that fails the check below is shown too.
+    asked = env.get("MLDIST_COMMUNICATION") or "auto"
+    out = {"requested": asked, "choice": "none (one process)", "mpi_library": "", "reason": ""}
     try:
         out["requested"] = requested_engine(None, env)
         if placement.size == 1:

@@ -96,6 +96,11 @@ def test_without_a_pull_tool_the_job_pulls_unless_login_is_asked(tmp_path: Path)
     code, stdout, err, _ = _submit(tmp_path, str(bindir), "--container-pull", "login", "--output-dir", str(tmp_path))
     assert (code, stdout) == (2, "") and len(err.splitlines()) == 1, err
     assert "neither apptainer nor singularity is on PATH" in err and "--container-pull job" in err
+    # A dry run says it in one warning and shows the script as a login-node pull would make it.
+    words = ("--container-pull", "login", "--output-dir", str(tmp_path / "d"), "--dry-run")
+    code, script, err, _ = _submit(tmp_path, str(bindir), *words)
+    assert code == 0 and "a submission from here would stop" in err and "Traceback" not in err, err
+    assert "apptainer pull --force" not in script and "tensorflow" in script  # the image is the pulled .sif
 
 
 def test_a_failed_pull_submits_nothing_and_leaves_no_image(tmp_path: Path) -> None:

@@ -60,6 +60,12 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"grace": -5}, "--grace -5"),
     ({"venv": "/v", "conda": "c"}, "--venv"),
     ({"command": ()}, "no command"),
+    ({"array": "3-1"}, "the range 3-1 goes down"),
+    ({"array": "x"}, "--array 'x'"),
+    ({"array": "0-9%0"}, "%0 must allow"),
+    ({"array": "0-9:0"}, "step of 0-9:0"),
+    ({"array": "0-9%2", "scheduler": "pbs"}, "PBS has no throttle"),
+    ({"array": "1,3", "scheduler": "pbs"}, "PBS's -J takes one range"),
     ({"nodes": 2, "min_nodes": 3}, "--min-nodes 3"),
     ({"nodes": 2, "min_nodes": 0}, "--min-nodes 0"),
     ({"nodes": 2, "min_nodes": 1, "scheduler": "pbs"}, "--min-nodes: pbs"),
@@ -90,6 +96,9 @@ def test_refused_values_name_themselves(kw: dict[str, Any], named: str) -> None:
         {"directives": ("--comment=has spaces and 'quotes'",)},
         {"requeue": True, "time": "10", "grace": 599},
         {"nodes": 2, "min_nodes": 2},
+        {"array": "0-9%2"},  # Slurm's throttle: at most 2 tasks at once
+        {"array": "1,3,5-7:2"},
+        {"array": "0-9:3", "scheduler": "pbs"},
     ],
 )
 def test_plain_values_are_accepted(kw: dict[str, Any]) -> None:

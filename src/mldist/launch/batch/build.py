@@ -162,6 +162,8 @@ def _paths(options: Mapping[str, Any], opts: dict[str, Any], say: Callable[[str]
     """
     for key in ("venv", "container", "container_cache"):
         value = options.get(key)
+        if value is not None and not value.strip():
+            raise ConfigError(f"--{key.replace('_', '-')} {value!r} names nothing; give a path (or leave it out)")
         if value is not None:
             opts[key] = _local_path(value)
     if options.get("conda") is not None:

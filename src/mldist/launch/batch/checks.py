@@ -32,6 +32,9 @@ def check(s: JobSpec) -> JobSpec:
     if s.launcher is not None and s.launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
     _check_elastic(s)
+    if s.srun_mpi not in (None, "auto") and not LAUNCHERS[launcher_name(s)].steps:
+        raise ConfigError(f"--srun-mpi {s.srun_mpi} chooses srun's MPI plugin, but this job starts its ranks with "
+                          f"{launcher_name(s)}; drop --srun-mpi")  # fmt: skip
     found = [c for c in scheduler(s.scheduler).path_forbidden if c in s.output_dir]
     if found:
         raise ConfigError(

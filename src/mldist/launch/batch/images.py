@@ -71,25 +71,32 @@ def pull_tool(which: Callable[[str], str | None]) -> str | None:
     return next((found for found in map(which, PULL_TOOLS) if found), None)
 
 
-def plan_pull(spec: JobSpec, mode: str | None, which: Callable[[str], str | None]) -> tuple[JobSpec, Pull | None]:
+def plan_pull(
+    spec: JobSpec, mode: str | None, which: Callable[[str], str | None], say: Callable[[str], None] | None = None
+) -> tuple[JobSpec, Pull | None]:
     """Where the image is pulled: the spec the job runs, and the login-node pull (None: the job pulls, if at all).
 
     Args:
         spec: the job, its ``container`` as given.
         mode: ``--container-pull`` (``login``, ``job``), or None: ``login`` when a pull tool is on PATH.
         which: ``shutil.which``.
+        say: a dry run's notes: what would stop a submission is said there instead (None: it stops).
     """
     if mode is not None and mode not in PULL_MODES:
         raise ConfigError(f"--container-pull {mode!r} is not one of {', '.join(PULL_MODES)}")
+    if mode is not None and not spec.remote_image:
+        what = f"--container {spec.container!r} is a local image" if spec.container else "there is no --container"
+        raise ConfigError(f"--container-pull {mode}: {what}, so nothing is pulled; drop --container-pull")
     if not spec.remote_image or mode == "job":
         return spec, None
     tool = pull_tool(which)
+    if tool is None and mode == "login":
+        missing = "--container-pull login: neither apptainer nor singularity is on PATH here"
+        if say is None:
+            raise ConfigError(f"{missing}; load its module, or use --container-pull job")
+        say(f"mldist submit: dry run: {missing}; a submission from here would stop (load its module first)")
+        tool = "apptainer"
     if tool is None:
-        if mode == "login":
-            raise ConfigError(
-                "--container-pull login: neither apptainer nor singularity is on PATH here; "
-                "load its module, or use --container-pull job"
-            )
         return spec, None
     assert spec.container
     folder = spec.container_cache or spec.output_dir

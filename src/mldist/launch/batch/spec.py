@@ -199,6 +199,39 @@ def _check(value: str | None, pattern: re.Pattern[str], what: str, hint: str) ->
         raise ConfigError(f"{what} {value!r} is refused: {hint}")
 
 
+#: An array's indices: N, N-M or N-M:STEP, comma-separated, and a throttle %K (at most K at once).
+ARRAY = re.compile(r"([0-9]{1,7}(?:-[0-9]{1,7}(?::[0-9]{1,7})?)?(?:,[0-9]{1,7}(?:-[0-9]{1,7}(?::[0-9]{1,7})?)?)*)"
+                   r"(?:%([0-9]{1,7}))?")  # fmt: skip
+
+
+def _check_array(array: str | None) -> None:
+    """``--array``: indices and ranges that go up, steps and a throttle of at least 1.
+
+    Example:
+        >>> _check_array("0-9:2,20%3")
+        >>> _check_array("3-1")
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: --array '3-1': the range 3-1 goes down; write the smaller index first (1-3)
+    """
+    if array is None:
+        return
+    match = ARRAY.fullmatch(array)
+    if not match:
+        raise ConfigError(f"--array {array!r}: give indices and ranges like 0-9, 1,3,5, 0-99:10, and %K to run "
+                          "at most K at once (0-9%2)")  # fmt: skip
+    for item in match.group(1).split(","):
+        low, _, rest = item.partition("-")
+        high, _, step = rest.partition(":")
+        if high and int(high) < int(low):
+            raise ConfigError(f"--array {array!r}: the range {item} goes down; write the smaller index first "
+                              f"({high}-{low})")  # fmt: skip
+        if step and int(step) < 1:
+            raise ConfigError(f"--array {array!r}: the step of {item} must be at least 1")
+    if match.group(2) is not None and int(match.group(2)) < 1:
+        raise ConfigError(f"--array {array!r}: %{match.group(2)} must allow at least 1 task at once")
+
+
 def _validate(s: JobSpec) -> None:
     if not s.command:
         raise ConfigError("no command given: mldist submit -- python train.py")
@@ -227,9 +260,9 @@ def _validate(s: JobSpec) -> None:
         ("--queue", s.queue),
         ("--constraint", s.constraint),
         ("--dependency", s.dependency),
-        ("--array", s.array),
     ):
         _check(word, _WORD, what, plain)
+    _check_array(s.array)
     _check(s.mem, _MEM, "--mem", "give a size like 32G or 4000M")
     _check(s.mem_per_cpu, _MEM, "--mem-per-cpu", "give a size like 4G or 4000M")
     _validate_recipe(s)

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
@@ -27,6 +28,9 @@ def directives(s: JobSpec) -> list[Row]:
     """The ``#PBS`` rows of a job."""
     if s.constraint:
         raise ConfigError("--constraint is Slurm's; on PBS use --directive '-l select=...' resources")
+    if s.array and not re.fullmatch(r"[0-9]+-[0-9]+(?::[0-9]+)?", s.array):
+        hint = "PBS has no throttle (%K)" if "%" in s.array else "PBS's -J takes one range"
+        raise ConfigError(f"--array {s.array!r}: {hint}; give X-Y or X-Y:STEP (e.g. 0-9)")
     if s.array and s.requeue:
         raise ConfigError("--requeue with --array on PBS: a subjob cannot resubmit itself alone; drop one of them")
     if s.mem_per_cpu:
