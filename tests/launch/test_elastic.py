@@ -42,6 +42,14 @@ def test_a_host_that_does_not_answer_is_lost_else_the_one_named(ssh: dict[str, s
     assert lost_hosts(HOSTS, [], {**ssh, "ANSWERING": "hx1,hx2,hx3"}) == ([], "")
 
 
+def test_the_host_whose_worker_ended_first_is_left_out_whatever_the_order_of_the_lines(ssh: dict[str, str]) -> None:
+    """Peers of a failed worker fail in their collective a moment later; their shims' lines may come first."""
+    said = ["[0] mldist run: rank 0 exited with code 14 on hx1 at 2026-11-27T06:30:15.140Z",
+            "[1] mldist run: rank 1 exited with code 14 on hx2 at 2026-11-27T06:30:15.139Z",
+            "[2] mldist run: rank 2 exited with code 3 on hx3 at 2026-11-27T06:30:15.101Z"]  # fmt: skip
+    assert lost_hosts(HOSTS, said, {**ssh, "ANSWERING": "hx1,hx2,hx3"}) == (["hx3"], "its worker failed")
+
+
 def test_the_world_re_forms_on_the_hosts_that_answer(ssh: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     nxt, done = reform(_cfg(), [], {**ssh, "ANSWERING": "hx1,hx2"}, lambda: False, 0, seen_at=0.0)
     assert nxt is not None and (nxt.hosts, nxt.nprocs) == ((("hx1", 1), ("hx2", 1)), 2)

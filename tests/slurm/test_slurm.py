@@ -151,6 +151,13 @@ def test_mldist_run_inside_an_allocation_spreads_over_its_nodes(slurm_env: dict[
     assert _ranks(res.stdout) == ["0 2 node1 mpi 3.0", "1 2 node2 mpi 3.0"], res.stdout + res.stderr
     assert re.search(r"inside Slurm job \d+: 2 worker\(s\) over node1,node2 through srun", res.stderr), res.stderr
     assert "RANK 1 2 node2" in (tmp_path / "r" / "rank-1.log").read_text()  # the run directory as ever
+    # Leave-fast as ever: rank 1 fails on node2, rank 0 (sleeping on node1) is stopped; the run names rank 1.
+    fails = "import os, sys, time; time.sleep(120) if os.environ['RANK'] == '0' else sys.exit(3)"
+    started = time.monotonic()
+    res = subprocess.run([*salloc[:-2], "--no-run-dir", "--", str(py), "-c", fails], env=slurm_env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 3 and time.monotonic() - started < 60, res.stdout + res.stderr
+    assert re.search(r"rank 1 exited with code 3 on \S+; stopping the other workers", res.stderr), res.stderr
 
     # In a batch script: -n defaults to the job's tasks; more is refused in one line; --local stays here.
     out, script = tmp_path / "out.txt", tmp_path / "job.sh"

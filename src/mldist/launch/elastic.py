@@ -38,7 +38,7 @@ from ..base import rejoin
 from ..base.files import atomic_write
 from ..errors import LaunchError
 from .config import ElasticConfig, RunConfig
-from .procs import say
+from .procs import ended_at, say
 
 Hosts = tuple[tuple[str, int], ...]
 
@@ -198,7 +198,8 @@ def lost_hosts(hosts: Hosts, said: Iterable[str], env: Mapping[str, str]) -> tup
     Hosts that do not answer are lost. When every host answers, the host mpiexec or a shim named
     first is left out, as Horovod leaves out a host whose worker failed.
     """
-    named = [h for h in named_hosts(said) if h in {host for host, _ in hosts}]
+    in_order = sorted(said, key=ended_at)  # the worker that ended first, by the shims' clocks, is the cause
+    named = [h for h in named_hosts(in_order) if h in {host for host, _ in hosts}]
     silent = [host for host, ok in answering([h for h, _ in hosts], env).items() if not ok]
     if silent:
         return silent, "does not answer over ssh" if len(silent) == 1 else "do not answer over ssh"

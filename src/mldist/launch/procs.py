@@ -14,9 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import calendar
 import os
+import re
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from ..base.rundir import RUN_DIR_ENV
@@ -163,3 +166,31 @@ def first_failure(rank: int, code: int, early: Sequence[int]) -> str:
     if code < 0 and early:
         return f"rank {early[0]} exited with code 0 while the others were still running, then {said}"
     return said
+
+
+#: The end of a remote shim's failure line: when its worker ended (UTC, ms), to order failures across hosts.
+ENDED_AT = re.compile(r" at ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3})Z\s*$")
+
+
+def stamp(when: float) -> str:
+    """A wall-clock time as the shims write it: UTC to the millisecond.
+
+    Example:
+        >>> stamp(0.25)
+        '1970-01-01T00:00:00.250Z'
+    """
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(when)) + f".{int(when % 1 * 1000):03d}Z"
+
+
+def ended_at(line: str) -> float:
+    """When the worker of a shim's failure line ended (seconds since the epoch), or -inf for a line without it
+    (mpiexec's own, which name a lost daemon: they come first).
+
+    Example:
+        >>> ended_at("[2] mldist run: rank 2 exited with code 3 on hx3 at 1970-01-01T00:00:01.500Z")
+        1.5
+    """
+    match = ENDED_AT.search(line)
+    if match is None:
+        return float("-inf")
+    return calendar.timegm(time.strptime(match.group(1)[:19], "%Y-%m-%dT%H:%M:%S")) + int(match.group(1)[20:]) / 1000

@@ -35,7 +35,7 @@ from ..placement.cluster import assign_ports, port_base
 from . import elastic
 from .groups import Group
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
-from .procs import run_env, say
+from .procs import ended_at, run_env, say
 from .remote_shim import TERM_AS
 
 #: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).
@@ -204,6 +204,7 @@ class RemoteGroup(Group):
         self.procs = [_Rank(self, self.mpiexec) for _ in range(cfg.nprocs)]
         self.first: str | None = None
         self.first_code: int | None = None
+        self.failures: list[tuple[float, str, int]] = []  # (when the worker ended, why, code) of every shim's line
         for src, dst in ((self.mpiexec.stdout, sys.stdout.buffer), (self.mpiexec.stderr, sys.stderr.buffer)):
             t = threading.Thread(target=self._relay, args=(src, dst), daemon=True)
             t.start()
@@ -245,12 +246,16 @@ class RemoteGroup(Group):
     def _log(self, line: bytes) -> None:
         """Note the first failure a shim names; put the line in its rank's log (with a run directory)."""
         text = line.decode(errors="replace")
-        if self.first is None and (failed := _FAILED.match(text)):
-            self.first, self.first_code = failed.group(1), int(failed.group(2))
-        elif self.first is None and (lost := elastic.LOST_DAEMON.search(text)):
+        if failed := _FAILED.match(text):
+            self.failures.append((ended_at(text), failed.group(1), int(failed.group(2))))
+        elif lost := elastic.LOST_DAEMON.search(text):
             # mpiexec ends the job, at times with exit code 0: the run failed all the same.
             host = lost.group(1) or lost.group(2)
-            self.first, self.first_code = f"lost host {host} (mpiexec lost its daemon there)", LOST_HOST_CODE
+            self.failures.append((float("-inf"), f"lost host {host} (mpiexec lost its daemon there)", LOST_HOST_CODE))
+        if self.failures:
+            # The worker that ended first, by the shims' clocks: its peers' failures follow from it (a
+            # collective whose peer died) and their lines may come first. A lost daemon is first of all.
+            _, self.first, self.first_code = min(self.failures, key=lambda f: f[0])
         if self.cfg.elastic is not None:
             self._elastic(text)
         match = _RANK_LINE.fullmatch(line)

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from ..base import joined
 from ..base.procs import die_with_parent
 from ..placement import common, detect
 from .groups import ERROR_LINE, NOTES, pump
-from .procs import describe, exit_code
+from .procs import describe, exit_code, stamp
 
 #: The launcher's SIGTERM reaches the shims as this signal (mpiexec forwards only USR1 and USR2).
 TERM_AS = signal.SIGUSR2
@@ -90,11 +91,14 @@ def main(argv: list[str]) -> int:
         said: list[bool] = []
         threads = _relay(child, rank, said)
         code = child.wait()
+        ended = time.time()  # before the relay's last lines: when the worker ended, to order failures across hosts
         for t in threads:
             t.join(timeout=2)
         _last_words(Path(notes) / f"note-{rank}", rank, bool(said))
         if code:
-            print(f"[{rank}] mldist run: {describe(rank, code)} on {socket.gethostname()}", file=sys.stderr, flush=True)
+            at = stamp(ended)
+            print(f"[{rank}] mldist run: {describe(rank, code)} on {socket.gethostname()} at {at}", file=sys.stderr,
+                  flush=True)  # fmt: skip
         return exit_code(code)
     finally:
         shutil.rmtree(notes, ignore_errors=True)
