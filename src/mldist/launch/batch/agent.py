@@ -42,10 +42,12 @@ from ..elastic import RUN_ENV
 
 #: srun's lines that start a loss check: a task that ended badly, or a node Slurm gave up on.
 TROUBLE = re.compile(r"srun: error: (?:Node failure on (\S+)|(\S+): tasks? [0-9,-]+: )")
-#: Seconds a node may take to run one ``true`` step before it counts as lost.
-PROBE_TIMEOUT = 10.0
-#: Seconds srun gets to end its step after the agent stopped it, before SIGKILL.
-STOP_GRACE = 5.0
+#: Seconds a node may take to run one ``true`` step before it counts as lost: at most PROBE_TIMEOUT, else
+#: PROBE_FACTOR times the slowest node that answered, at least PROBE_GRACE (:func:`probe_limit`).
+PROBE_TIMEOUT, PROBE_GRACE, PROBE_FACTOR = 10.0, 2.0, 5.0
+#: Seconds srun gets to end its step after the agent stopped it, before SIGKILL (srun waits for the lost
+#: node's tasks to the end of Slurm's own timeout: the agent cancels the step through the controller instead).
+STOP_GRACE = 1.0
 #: The srun options the agent decides each round.
 _DECIDED = ("--nodes=", "--ntasks=", "--nodelist=", "--overlap")
 
@@ -81,25 +83,42 @@ def step_argv(nodes: Sequence[str], command: Sequence[str]) -> list[str]:
             "--mpi=none", "--kill-on-bad-exit=1", f"--nodelist={','.join(nodes)}", *command]  # fmt: skip
 
 
+def probe_limit(answered_in: Sequence[float], timeout: float = PROBE_TIMEOUT) -> float:
+    """Seconds to wait for a node's probe: :data:`PROBE_FACTOR` times the slowest answer of the nodes that
+    answered (the controller's pace now), at least :data:`PROBE_GRACE`, at most ``timeout``.
+
+    Example:
+        >>> probe_limit([0.06, 0.08]), probe_limit([1.5]), probe_limit([])
+        (2.0, 7.5, 10.0)
+    """
+    if not answered_in:
+        return timeout
+    return min(timeout, max(PROBE_GRACE, PROBE_FACTOR * max(answered_in)))
+
+
 def answering(nodes: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT) -> dict[str, bool]:
-    """Whether each node runs a ``true`` step within ``timeout`` (asked in parallel)."""
-    found: dict[str, bool] = {}
-
-    def ask(node: str) -> None:
-        try:
-            res = subprocess.run(
-                step_argv([node], ["true"]), capture_output=True, timeout=timeout, env=dict(env), check=False
-            )
-            found[node] = res.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            found[node] = False
-
-    threads = [threading.Thread(target=ask, args=(node,), daemon=True) for node in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout + 1)
-    return {node: found.get(node, False) for node in nodes}
+    """Whether each node runs a ``true`` step in time (:func:`probe_limit`; asked in parallel)."""
+    t0 = time.monotonic()
+    found: dict[str, tuple[bool, float]] = {}  # node: (answered, seconds it took)
+    probes = {
+        node: subprocess.Popen(
+            step_argv([node], ["true"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(env)
+        )
+        for node in nodes
+    }
+    while len(found) < len(probes):
+        took = time.monotonic() - t0
+        found |= {
+            node: (p.returncode == 0, took) for node, p in probes.items() if node not in found and p.poll() is not None
+        }
+        if took > probe_limit([t for ok, t in found.values() if ok], timeout):
+            break
+        time.sleep(0.02)
+    for node, p in probes.items():
+        if node not in found:  # still launching on a node that does not answer
+            p.kill()
+            p.wait()
+    return {node: found.get(node, (False, 0.0))[0] for node in nodes}
 
 
 def job_nodes(env: Mapping[str, str]) -> list[str]:
@@ -131,15 +150,24 @@ class Round:
                 self.trouble_at = time.monotonic()
                 self.trouble.set()
 
-    def stop(self) -> int:
-        """End the step (SIGTERM, SIGKILL after :data:`STOP_GRACE`); srun's exit code."""
+    def stop(self, env: Mapping[str, str]) -> int:
+        """End the step: SIGTERM to srun, SIGKILL after :data:`STOP_GRACE`, then ``scancel`` of the job's steps
+        (what ran on the nodes left ends for sure before the next step starts); srun's exit code."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                return self.proc.wait(STOP_GRACE)
+                self.proc.wait(STOP_GRACE)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        return self.proc.wait()
+        code = self.proc.wait()
+        job = env.get("SLURM_JOB_ID", "")
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            listed = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"], capture_output=True, text=True,
+                                    timeout=30, env=dict(env)).stdout.split()  # fmt: skip
+            steps = [step for step in listed if re.fullmatch(rf"{re.escape(job)}\.[0-9]+", step)]
+            if steps:
+                subprocess.run(["scancel", "--quiet", *steps], capture_output=True, timeout=30, env=dict(env))
+        return code
 
 
 def supervise(step: Round, nodes: Sequence[str], env: Mapping[str, str]) -> tuple[int, list[str]]:
@@ -149,7 +177,7 @@ def supervise(step: Round, nodes: Sequence[str], env: Mapping[str, str]) -> tupl
     if step.proc.poll() == 0:
         return 0, []
     lost = [node for node, ok in answering(nodes, env).items() if not ok]
-    code = step.stop() if lost else step.proc.wait()
+    code = step.stop(env) if lost else step.proc.wait()
     return code, lost
 
 
