@@ -28,6 +28,7 @@ example:
   mldist submit --nodes 2 --time 2:00:00 --venv .venv -- python train.py --epochs 10
   mldist submit --site polaris --nodes 4 --queue debug --account MYPROJ --dry-run -- python train.py
   mldist submit --site theta --nodes 8 --time 1:00:00 --requeue -- python train.py
+  mldist submit --nodes 3 --min-nodes 2 --time 2:00:00 --venv .venv -- python elastic_train.py   # lose a node, go on
   mldist submit --requeue --time 4:00:00 --module tensorflow/2.21 -- python train.py
   mldist submit --module cuda --env 'XLA_FLAGS=--xla_gpu_cuda_data_dir=${CUDA_PATH}' -- python train.py
   mldist submit --container docker://tensorflow/tensorflow:2.16.1-gpu --gpus-per-node 4 -- python train.py

@@ -204,11 +204,11 @@ def ended(code: int, nodes: Sequence[str], env: Mapping[str, str]) -> int:
 def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env: Mapping[str, str]) -> int:
     """Rounds of ``srun`` over the nodes that remain, until one ends without a lost node; its exit code."""
     nodes = job_nodes(env)
-    stop: list[Round] = []
+    rounds: list[Round] = []
 
-    def forward(signum: int, _frame: object) -> None:
-        if stop and stop[-1].proc.poll() is None:
-            stop[-1].proc.send_signal(signum)
+    def forward(signum: int, _frame: object) -> None:  # the script's TERM/INT/USR1 reach the running step
+        if rounds and rounds[-1].proc.poll() is None:
+            rounds[-1].proc.send_signal(signum)
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, forward)
@@ -219,7 +219,7 @@ def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env
         step = Round(
             round_argv(srun, nodes, tasks_per_node, bool(reforms)), {**env, "MLDIST_RESTART": str(len(reforms))}
         )
-        stop.append(step)
+        rounds.append(step)
         code, lost = supervise(step, nodes, env)
         if not lost:
             return ended(code if code >= 0 else 128 - code, nodes, env)  # a signal as a shell reports it
