@@ -303,6 +303,7 @@ def _status_while(env: dict[str, str], job: str, going: Callable[[], bool], time
         line = mldist(["status", job], env=env).stdout.strip()
         if " left (written " in line:
             shown.append(line)
+        time.sleep(0.5)  # a Python start per look: leave the cores to the job
     return shown
 
 
