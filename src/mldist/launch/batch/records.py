@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...base.files import atomic_write, current_umask
+from ...base.files import atomic_write, current_umask, make_dirs
 from ...errors import ConfigError, LaunchError
 from .render import render
 from .schedulers import SCHEDULERS, JobStatus, parse_job_id, parse_status, scheduler
@@ -70,6 +72,63 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
 
 def _index_path(job_id: str, env: Mapping[str, str] | None) -> Path:
     return state_dir(env) / "jobs" / (re.sub(r"[^A-Za-z0-9_.-]", "_", job_id) + ".json")
+
+
+def _state_setting(env: Mapping[str, str]) -> str:
+    """The variable that placed the job index, as ``NAME='value'`` (for messages)."""
+    for name in ("MLDIST_STATE_DIR", "XDG_STATE_HOME", "HOME"):
+        if env.get(name):
+            return f"{name}={env[name]!r}"
+    return "HOME unset"
+
+
+def check_index(env: Mapping[str, str] | None = None, create: bool = True) -> Path:
+    """The job index folder, once a record can be written there; else a ConfigError naming it and the fix.
+
+    Asked before a job is submitted: a job the scheduler accepted but mldist could not
+    record is one ``status``, ``logs`` and ``cancel`` never find. The test is a real write (a
+    probe directory made and removed): root passes every permission check, yet ``/proc``
+    refuses even root.
+
+    Args:
+        env: where the index lives (default ``os.environ``; see :func:`state_dir`).
+        create: make the folder (a submission); False makes nothing lasting (a dry run probes the
+            nearest folder that exists).
+
+    Example:
+        >>> try:
+        ...     check_index({"MLDIST_STATE_DIR": "/etc/passwd"}, create=False)
+        ... except ConfigError as exc:
+        ...     print(str(exc).split(";")[0])
+        job records go to /etc/passwd/jobs, which cannot be written (Not a directory)
+    """
+    env = os.environ if env is None else env
+    folder = state_dir(env) / "jobs"
+    try:
+        if create:
+            probe_in = make_dirs(folder, PRIVATE_DIR)
+        else:
+            probe_in = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
+        if not probe_in.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(probe_in))
+        os.rmdir(tempfile.mkdtemp(prefix=".mldist-probe-", dir=probe_in))
+    except OSError as exc:
+        raise ConfigError(
+            f"job records go to {folder}, which cannot be written ({exc.strerror}); {_state_setting(env)}: "
+            "set MLDIST_STATE_DIR to a writable directory"
+        ) from None
+    return folder
+
+
+class UnrecordedJob(LaunchError):
+    """The scheduler accepted the job, but its record could not be written; ``record`` is what was known."""
+
+    def __init__(self, record: JobRecord, why: str) -> None:
+        super().__init__(
+            f"job {record.job_id} was submitted ({record.scheduler}), but its record could not be written ({why}); "
+            f"mldist status, logs and cancel will not know it: its script and logs are in {record.output_dir}"
+        )
+        self.record = record
 
 
 #: Permission bits of what ``submit`` writes (less the umask): only the owner may read them.
@@ -117,6 +176,7 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None, fresh: bool = Fa
     """
     out = Path(spec.output_dir)
     script = out / "job.sh"
+    check_index(env)  # before the scheduler has the job: a job nobody can find again is worse than none
     # Executable for the owner: Cobalt's qsub runs only executable scripts.
     atomic_write(script, render(spec), PRIVATE_SCRIPT, PRIVATE_DIR)
     argv = scheduler(spec.scheduler).submit(str(script))
@@ -139,8 +199,11 @@ def submit(spec: JobSpec, env: Mapping[str, str] | None = None, fresh: bool = Fa
         spec.array,
     )
     text = json.dumps(dataclasses.asdict(record), indent=2) + "\n"
-    atomic_write(out / "job.json", text, PRIVATE_FILE, PRIVATE_DIR)
-    atomic_write(_index_path(record.job_id, env), text, PRIVATE_FILE, PRIVATE_DIR)
+    try:  # checked above, but a disk can fill or a folder vanish meanwhile: the job id must still be told
+        atomic_write(out / "job.json", text, PRIVATE_FILE, PRIVATE_DIR)
+        atomic_write(_index_path(record.job_id, env), text, PRIVATE_FILE, PRIVATE_DIR)
+    except OSError as exc:
+        raise UnrecordedJob(record, f"{exc.strerror}: {exc.filename}") from None
     return record
 
 
