@@ -258,7 +258,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     from ..base.files import new_directory
     from ..launch.batch.build import build_spec
     from ..launch.batch.images import plan_pull, pull_image
-    from ..launch.batch.records import PRIVATE_DIR, submit
+    from ..launch.batch.records import PRIVATE_DIR, UnrecordedJob, check_index, submit
     from ..launch.batch.render import render
 
     notes: list[str] = []
@@ -266,6 +266,12 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         vars(args), command_after_dashes(args.cmd, "mldist submit --nodes 2 -- python train.py"), notes=notes
     )
     render(spec)  # every refusal comes before anything is created or noted: one error line only
+    try:  # before the image pull and the job: the job must be found again (records.check_index)
+        check_index(create=not args.dry_run)
+    except ConfigError as exc:
+        if not args.dry_run:
+            raise
+        notes.append(f"mldist submit: warning: {exc} (a dry run goes on; submitting stops here)")
     for note in notes:
         print(note, file=sys.stderr)
     if args.output_dir is None:  # a default name is made unique (-2, -3, ...); a dry run only looks
@@ -280,7 +286,12 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         return 0
     if pull:
         pull_image(pull)
-    record = submit(spec, fresh=args.output_dir is None)
+    try:
+        record = submit(spec, fresh=args.output_dir is None)
+    except UnrecordedJob as exc:  # the scheduler has the job: its id is printed all the same
+        print(f"submitted job {exc.record.job_id} ({exc.record.scheduler})")
+        print(f"mldist submit: error: {exc}", file=sys.stderr)
+        return 1
     print(f"submitted job {record.job_id} ({record.scheduler})")
     print(f"logs: {record.output_dir}  (mldist logs {record.job_id} [--rank R] [--follow])")
     return 0

@@ -206,6 +206,7 @@ def load_sites(env: Mapping[str, str] | None = None, cwd: Path | None = None) ->
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"site file {path} cannot be read: {exc}") from None
+        _check_layout(data, path)
         tables = data.get("sites", {})
         if not isinstance(tables, dict):
             raise ConfigError(f"site file {path}: 'sites' must be a table of [sites.NAME] tables")
@@ -214,6 +215,29 @@ def load_sites(env: Mapping[str, str] | None = None, cwd: Path | None = None) ->
                 raise ConfigError(f"site file {path}: [sites.{name}] must be a table")
             sites[name] = _check_profile(name, profile, str(path))
     return {name: _resolve(name, sites, ()) for name in sites}
+
+
+def _check_layout(data: Mapping[str, Any], path: Path) -> None:
+    """A site file holds only ``[sites.NAME]`` tables: anything else at the top would be silently unread.
+
+    Example:
+        >>> try:
+        ...     _check_layout({"mysite": {"scheduler": "slurm"}}, Path("mldist-sites.toml"))
+        ... except ConfigError as exc:
+        ...     print(str(exc).split(": ", 1)[1])
+        [mysite] is not read: each profile is a [sites.NAME] table; write [sites.mysite]
+    """
+    for key, value in data.items():
+        if key == "sites":
+            continue
+        if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            hint = f"write [sites.{next(iter(value))}]"  # [site.mysite], [profiles.mysite]: one level too many
+        elif isinstance(value, dict):
+            hint = f"write [sites.{key}]"
+        else:
+            hint = "move it under a [sites.NAME] header"
+        shown = f"[{key}]" if isinstance(value, dict) else f"{key!r}"
+        raise ConfigError(f"site file {path}: {shown} is not read: each profile is a [sites.NAME] table; {hint}")
 
 
 #: Tables an extending profile merges with its base's (other options replace).

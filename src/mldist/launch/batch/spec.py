@@ -235,6 +235,9 @@ def _check_array(array: str | None) -> None:
 def _validate(s: JobSpec) -> None:
     if not s.command:
         raise ConfigError("no command given: mldist submit -- python train.py")
+    if not s.command[0].strip():  # a job that could only fail with 'command not found'
+        raise ConfigError(f"the job's program {s.command[0]!r} is empty: give the command after --, e.g. "
+                          "mldist submit -- python train.py")  # fmt: skip
     if s.gpus_per_node < 0:  # checked first: the default tasks per node is derived from it
         raise ConfigError(f"--gpus-per-node {s.gpus_per_node} cannot be negative")
     for name, value in (
@@ -268,15 +271,7 @@ def _validate(s: JobSpec) -> None:
     _validate_recipe(s)
     if s.time is not None:
         parse_time(s.time)
-    for d in s.directives:
-        if any(c in d for c in "\n\r\0"):
-            raise ConfigError(f"--directive {d!r} is refused: directives are one line each")
-    for key, _ in s.env:
-        if not _ENV_KEY.fullmatch(key):
-            raise ConfigError(f"--env {key!r} is not a variable name (letters, digits, _)")
-    for key in s.unset:
-        if not _ENV_KEY.fullmatch(key):
-            raise ConfigError(f"unset {key!r} is not a variable name")
+    _validate_lines(s)
     if s.venv and s.conda:
         raise ConfigError("--venv and --conda exclude each other; pick one")
     texts = [*s.command, *s.modules, *s.binds, *(v for _, v in s.env), *s.wrap, *s.env_source, *s.container_args]
@@ -292,6 +287,40 @@ def _validate(s: JobSpec) -> None:
         raise ConfigError(f"--grace {s.grace} s is not shorter than --time {s.time}")
 
 
+def _validate_lines(s: JobSpec) -> None:
+    """Raw directives (one line each, not empty) and the names of the variables set or unset."""
+    for d in s.directives:
+        if any(c in d for c in "\n\r\0"):
+            raise ConfigError(f"--directive {d!r} is refused: directives are one line each")
+        if not d.strip():
+            raise ConfigError(f"--directive {d!r} is empty: give the scheduler option, e.g. --directive --exclusive")
+    for key, _ in s.env:
+        if not _ENV_KEY.fullmatch(key):
+            raise ConfigError(f"--env {key!r} is not a variable name (letters, digits, _)")
+    for key in s.unset:
+        if not _ENV_KEY.fullmatch(key):
+            raise ConfigError(f"unset {key!r} is not a variable name")
+
+
+def _validate_node(s: JobSpec) -> None:
+    """A node holds its ranks: a GPU each when GPUs are asked, and the CPUs they ask when its cores are known."""
+    if s.gpus_per_node and s.tasks > s.gpus_per_node:  # init() gives local rank i GPU i: the rest would have none
+        many = s.tasks - s.gpus_per_node > 1
+        idle = f"ranks {s.gpus_per_node}-{s.tasks - 1}" if many else f"rank {s.gpus_per_node}"
+        raise ConfigError(
+            f"--tasks-per-node {s.tasks} is more than --gpus-per-node {s.gpus_per_node}: local {idle} of "
+            f"each node would have no GPU; give --tasks-per-node {s.gpus_per_node} (one rank per GPU) or "
+            f"--gpus-per-node {s.tasks}"
+        )
+    cpus = s.cores_per_node * s.hyperthreads if s.cores_per_node else None
+    if cpus and s.tasks * (s.cpus_per_task or 1) > cpus:  # the scheduler cannot place it, or ranks share cores
+        raise ConfigError(
+            f"--tasks-per-node {s.tasks} x --cpus-per-task {s.cpus_per_task or 1} is more than a node's {cpus} "
+            f"CPUs (--cores-per-node {s.cores_per_node} x --hyperthreads {s.hyperthreads}); give fewer tasks or "
+            "CPUs per task, or the node's real --cores-per-node"
+        )
+
+
 def _validate_recipe(s: JobSpec) -> None:
     """The network, GPU request, --wrap placeholders, container image and job-time --env values."""
     if s.network_interface is not None and not INTERFACE.fullmatch(s.network_interface):
@@ -302,6 +331,7 @@ def _validate_recipe(s: JobSpec) -> None:
         raise ConfigError(f"--srun-mpi {s.srun_mpi!r}: give auto or a plugin name from srun --mpi=list (e.g. pmix)")
     if s.gpu_request not in GPU_REQUESTS:
         raise ConfigError(f"--gpu-request {s.gpu_request!r} is not one of {', '.join(GPU_REQUESTS)}")
+    _validate_node(s)
     if s.gpu_request == "task" and s.gpus_per_node and s.gpus_per_node != s.tasks:
         raise ConfigError(
             f"--gpu-request task gives each rank one GPU: --tasks-per-node {s.tasks} must equal "

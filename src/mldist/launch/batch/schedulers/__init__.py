@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 
@@ -71,10 +72,15 @@ def parse_job_id(name: str, output: str) -> str:
 
 
 def parse_status(name: str, job_id: str, text: str) -> JobStatus:
-    """Read the status command's output of scheduler ``name``.
+    """Read the status command's output of scheduler ``name``; a job that has not ended has no exit code.
+
+    Slurm reports ``ExitCode=0:0`` while a job runs, and PBS an ``Exit_status`` while it exits:
+    neither is the job's outcome yet, so it is dropped here, once for every scheduler.
 
     Example:
-        >>> parse_status("slurm", "7", "JobId=7 JobState=RUNNING Restarts=1 ExitCode=0:0").state
-        'RUNNING'
+        >>> st = parse_status("slurm", "7", "JobId=7 JobState=RUNNING Restarts=1 ExitCode=0:0")
+        >>> st.state, st.exit_code
+        ('RUNNING', None)
     """
-    return scheduler(name).parse_status(job_id, text)
+    status = scheduler(name).parse_status(job_id, text)
+    return status if status.final else dataclasses.replace(status, exit_code=None)

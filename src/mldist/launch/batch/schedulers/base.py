@@ -11,9 +11,12 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ....errors import ConfigError
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -109,6 +112,24 @@ class Scheduler:
 def format_directives(prefix: str, separator: str, rows: Sequence[Row]) -> list[str]:
     """Directive lines from rows; rows whose value is None are left out."""
     return [f"{prefix} {flag}{separator + value if value else ''}" for flag, value in rows if value is not None]
+
+
+def check_dependency(value: str | None, grammar: re.Pattern[str], scheduler: str, form: str) -> str | None:
+    """``value`` if it matches the scheduler's dependency ``grammar`` whole, else a ConfigError showing ``form``.
+
+    Args:
+        value: the ``--dependency`` given, or None.
+        grammar: what the scheduler takes (matched with fullmatch).
+        scheduler: its name, for the message.
+        form: the accepted form with an example.
+
+    Example:
+        >>> check_dependency("4242", re.compile("[0-9]+"), "cobalt", "JOBID[:JOBID...]") == "4242"
+        True
+    """
+    if value is not None and not grammar.fullmatch(value):
+        raise ConfigError(f"--dependency {value!r} is not a {scheduler} dependency: give {form}")
+    return value
 
 
 def hms(seconds: int) -> str:

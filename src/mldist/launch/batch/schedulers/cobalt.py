@@ -16,12 +16,15 @@ import re
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from .base import JobStatus, Row, Scheduler
+from .base import JobStatus, Row, Scheduler, check_dependency
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
 
 _STATES = {"queued": "PENDING", "user_hold": "PENDING", "running": "RUNNING", "exiting": "RUNNING"}
+#: ``qsub --dependencies``: job ids joined by ':' (Cobalt has no TYPE: a job waits for the others to end well).
+DEPENDENCY = re.compile(r"[0-9]+(?::[0-9]+)*")
+DEPENDENCY_FORM = "job ids joined by ':' (Cobalt takes no TYPE such as afterok), e.g. 1234:1235"
 
 
 def directives(s: JobSpec) -> list[Row]:
@@ -38,7 +41,7 @@ def directives(s: JobSpec) -> list[Row]:
         ("-q", s.queue),
         ("-A", s.account),
         ("--attrs", s.constraint),
-        ("--dependencies", s.dependency),
+        ("--dependencies", check_dependency(s.dependency, DEPENDENCY, "Cobalt", DEPENDENCY_FORM)),
     ]
 
 

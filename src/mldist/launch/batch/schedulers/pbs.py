@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from .base import JobStatus, Row, Scheduler, hms
+from .base import JobStatus, Row, Scheduler, check_dependency, hms
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -22,6 +22,15 @@ if TYPE_CHECKING:
 _STATES = {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "R": "RUNNING", "E": "RUNNING", "B": "RUNNING"}
 _STATES |= {"F": "FINISHED"}
 _VERSION = r"pbs_version|OpenPBS|PBS ?Pro"
+_JOB = r"[0-9]+(?:\[[0-9]*\])?(?:\.[A-Za-z0-9_.-]+)?"  # 1234, 1234.server, 1234[].server
+_KINDS = "after|afterok|afternotok|afterany|before|beforeok|beforenotok|beforeany|runone"
+_ITEM = rf"(?:(?:{_KINDS}):{_JOB}(?::{_JOB})*|on:[0-9]+)"
+#: ``qsub -W depend=``: TYPE:JOB[:JOB...] items joined by ','.
+DEPENDENCY = re.compile(rf"{_ITEM}(?:,{_ITEM})*")
+DEPENDENCY_FORM = (
+    "TYPE:JOBID[:JOBID...] joined by ',' (TYPE: after, afterok, afternotok, afterany, before, beforeok, "
+    "beforenotok, beforeany; or on:COUNT), e.g. afterok:1234.server"
+)
 
 
 def directives(s: JobSpec) -> list[Row]:
@@ -35,6 +44,7 @@ def directives(s: JobSpec) -> list[Row]:
         raise ConfigError("--requeue with --array on PBS: a subjob cannot resubmit itself alone; drop one of them")
     if s.mem_per_cpu:
         raise ConfigError("--mem-per-cpu is Slurm's; on PBS give --mem (per node)")
+    check_dependency(s.dependency, DEPENDENCY, "PBS", DEPENDENCY_FORM)
     # Without a thread count the job takes whole nodes (excl) and measures their cores when it starts.
     ncpus = f":ncpus={s.tasks * s.threads}" if s.threads else ""
     select = f"select={s.nodes}{ncpus}:mpiprocs={s.tasks}"

@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError
-from .base import FINAL, JobStatus, Row, Scheduler, hms, last_line
+from .base import FINAL, JobStatus, Row, Scheduler, check_dependency, hms, last_line
 
 if TYPE_CHECKING:
     from ..spec import JobSpec
@@ -27,6 +27,19 @@ def slurm_time(seconds: int) -> str:
     """
     days, rest = divmod(seconds, 86400)
     return f"{days}-{hms(rest)}" if days else hms(rest)
+
+
+_JOB = r"[0-9]+(?:_[0-9]+)?"  # a job, or one task of an array (4242_3)
+_AFTER = rf"after:{_JOB}(?:\+[0-9]+)?(?::{_JOB}(?:\+[0-9]+)?)*"  # after:JOB+MINUTES
+_KINDS = "afterany|afterburstbuffer|aftercorr|afternotok|afterok"
+_ITEM = rf"(?:{_AFTER}|(?:{_KINDS}):{_JOB}(?::{_JOB})*|singleton|expand:{_JOB})"
+#: ``sbatch --dependency``: TYPE:JOB[:JOB...] items joined by ',' (all must hold); Slurm still takes
+#: the old form too, bare ids joined by ':' (afterany).
+DEPENDENCY = re.compile(rf"{_ITEM}(?:,{_ITEM})*|{_JOB}(?::{_JOB})*")
+DEPENDENCY_FORM = (
+    "TYPE:JOBID[:JOBID...] joined by ',' (TYPE: after, afterany, afterok, afternotok, aftercorr, "
+    "afterburstbuffer; or singleton), e.g. afterok:4242"
+)
 
 
 def _output(out: str) -> str:
@@ -51,7 +64,7 @@ def directives(s: JobSpec) -> list[Row]:
         ("--time", slurm_time(s.time_seconds) if s.time_seconds else None),
         ("--mem", s.mem),
         ("--mem-per-cpu", s.mem_per_cpu),
-        ("--dependency", s.dependency),
+        ("--dependency", check_dependency(s.dependency, DEPENDENCY, "Slurm", DEPENDENCY_FORM)),
         ("--array", s.array),
         ("--account", s.account),
         ("--partition", s.queue),
@@ -100,12 +113,25 @@ def parse_status(job_id: str, text: str) -> JobStatus:
     return JobStatus(job_id, state, max(codes) if codes and not live else None, max(t.restarts for t in tasks))
 
 
+def exit_code(text: str) -> int | None:
+    """The exit code in Slurm's ``ExitCode=CODE:SIGNAL``; a script killed by signal N is 128+N, as a shell says.
+
+    Example:
+        >>> exit_code("3:0"), exit_code("0:9"), exit_code("")
+        (3, 137, None)
+    """
+    m = re.fullmatch(r"([0-9]+)(?::([0-9]+))?", text)
+    if not m:
+        return None
+    code, signal = int(m.group(1)), int(m.group(2) or 0)
+    return 128 + signal if signal and not code else code
+
+
 def _status_row(job_id: str, fields: dict[str, str]) -> JobStatus | None:
     if "JobState" not in fields:
         return None
-    code = fields.get("ExitCode", "")
-    exit_code = int(code.split(":")[0]) if code[:1].isdigit() else None
-    return JobStatus(job_id, fields["JobState"], exit_code, int(fields.get("Restarts", "0") or 0))
+    code = exit_code(fields.get("ExitCode", ""))
+    return JobStatus(job_id, fields["JobState"], code, int(fields.get("Restarts", "0") or 0))
 
 
 SLURM = Scheduler(
