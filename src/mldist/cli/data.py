@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .common import Handler, Parser, add_command, count, seconds
@@ -87,12 +89,21 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return _cmd_fetch(args) if args.data_command == "fetch" else _cmd_list(args)
 
 
+def _cache_root(args: argparse.Namespace) -> Path:
+    """The cache of ``--cache``, else ``MLDIST_DATA_DIR``, else the default, once it can be one."""
+    from ..data.datasets import ENV_CACHE, cache_dir
+    from ..data.datasets.cache import check_root
+
+    given = "--cache" if args.cache is not None else ENV_CACHE if os.environ.get(ENV_CACHE) else "the data cache"
+    return check_root(cache_dir(args.cache), given)
+
+
 def _cmd_fetch(args: argparse.Namespace) -> int:
     from ..data.datasets import ENV_CACHE, cache_dir, dataset, fetch
     from ..data.datasets.fetch import megabytes
 
     ds = dataset(args.name)
-    root = cache_dir(args.cache)
+    root = _cache_root(args)
     stream = None if args.quiet else sys.stderr
     done = fetch(
         ds.name, root, mirror=args.mirror, sha256=args.sha256, retries=args.retries, timeout=args.timeout, stream=stream
@@ -107,10 +118,10 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ..data.datasets import cache_dir, cached
+    from ..data.datasets import cached
     from ..data.datasets.fetch import megabytes
 
-    root = cache_dir(args.cache)
+    root = _cache_root(args)
     rows = cached(root, verify=args.verify)
     if args.json:
         print(json.dumps({"cache": str(root), "datasets": [dataclasses.asdict(r) for r in rows]}, indent=2))
