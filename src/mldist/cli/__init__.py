@@ -13,6 +13,9 @@ Example:
 from __future__ import annotations
 
 import argparse
+import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -49,6 +52,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     Args:
         argv: arguments without the program name (default ``sys.argv[1:]``).
     """
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()  # a reader that left shows here, not in the interpreter's flush at exit
+    except BrokenPipeError:
+        if not stdout_reader_gone():  # another pipe (a worker's, a socket): a real error
+            raise
+        return reader_gone()
+    except SystemExit:  # argparse's --help and --version print, then exit: the same check
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return reader_gone()
+        raise
+    return code
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser, handlers = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -58,3 +78,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+#: The exit code when stdout's reader has gone (``mldist status | head -1``): 128 + SIGPIPE, what the
+#: shell reports for ``cat``, ``grep`` or ``git log`` killed by SIGPIPE there. Not 0: a script under
+#: ``set -o pipefail`` learns that the output was cut, as it would from those tools.
+EXIT_READER_GONE = 128 + signal.SIGPIPE
+
+
+def stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reading end is closed (Linux's poll reports POLLERR then).
+
+    Example:
+        >>> import io, contextlib
+        >>> with contextlib.redirect_stdout(io.StringIO()):  # no file behind stdout: no pipe to lose
+        ...     gone = stdout_reader_gone()
+        >>> gone
+        False
+    """
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file behind stdout, or no poll() here
+        return False
+
+
+def reader_gone() -> int:
+    """End quietly after stdout's reader closed the pipe; :data:`EXIT_READER_GONE`.
+
+    Python ignores SIGPIPE and raises BrokenPipeError instead; mldist keeps it that way (a
+    launcher must not die when a worker's socket closes), so the command line does here what
+    SIGPIPE does to other tools: no message, no traceback. stdout then points at /dev/null so
+    that the interpreter's last flush finds nothing to complain about (the Python docs' recipe,
+    "Note on SIGPIPE" in the signal module).
+
+    Example::
+
+        except BrokenPipeError:
+            return reader_gone()  # 141
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (an in-process caller's stand-in): nothing to redirect
+        pass
+    finally:
+        os.close(devnull)
+    return EXIT_READER_GONE
