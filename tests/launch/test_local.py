@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, check, clean_env, mldist, processes_with, wait_for
+from helpers import PY, check, clean_env, mldist, processes_with, tail, wait_for
 from mldist.launch.local import RunConfig, failure_order, worker_env
 from mldist.placement.resources import cpu_probe
 
@@ -117,6 +117,29 @@ def test_cpu_bind_cores_gives_disjoint_cpu_sets() -> None:
     sets = [set(json.loads(line.split(" ", 1)[1])) for line in res.stdout.splitlines()]
     assert len(sets) == 2 and all(sets)
     assert not sets[0] & sets[1]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to narrow the mask")
+def test_unbound_workers_in_a_narrowed_mask_share_it_and_pin_nothing() -> None:
+    """As in a container or ``salloc -c``: the launcher's mask is the job's, not each worker's."""
+    first = min(os.sched_getaffinity(0))
+    env_json = [PY, "-m", "mldist", "env", "--json", "--no-tensorflow"]  # the plan init() applies
+    res = check(
+        mldist(["run", "-n", "2", "--no-run-dir", "--", *env_json], preexec_fn=lambda: os.sched_setaffinity(0, {first}))
+    )
+    reports = [json.loads(text) for text in joined_json(res.stdout)]
+    plans = [(r["threads"]["cpus"], r["threads"]["source"]) for r in reports]
+    assert plans == [(1, "1 cores / 2 ranks")] * 2, tail(res)  # before: (1, "affinity mask") each
+    assert not any("KMP_AFFINITY" in r["init_would_set"] for r in reports)  # before: both pinned to that CPU
+
+
+def joined_json(stdout: str) -> list[str]:
+    """Each rank's JSON document from ``[rank] ``-prefixed lines."""
+    by_rank: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        rank, _, text = line.partition(" ")
+        by_rank.setdefault(rank, []).append(text)
+    return ["\n".join(lines) for _, lines in sorted(by_rank.items())]
 
 
 def test_worker_env_quiets_tensorflow_unless_the_user_chose() -> None:

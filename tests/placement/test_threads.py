@@ -10,6 +10,16 @@ from mldist.placement.resources import CpuProbe, ThreadPlan, override_threads, t
 NODE8 = CpuProbe(8, tuple(range(8)))
 
 
+def test_unbound_ranks_inside_a_cpu_set_share_it_and_pin_nothing() -> None:
+    """``mldist run -n 4`` in an 8-CPU set of a 64-CPU node: 2 each, not 8 each (4x oversubscribed)."""
+    job_set = CpuProbe(64, tuple(range(8)), shared=True)
+    plan = thread_plan({}, 4, job_set)
+    assert (plan.cpus, plan.source, job_set.pinned) == (2, "8 cores / 4 ranks", False)
+    assert thread_plan({"MLDIST_CPUS_PER_TASK": "3"}, 4, job_set).cpus == 3  # the variable counts again
+    own = CpuProbe(64, tuple(range(8)))  # srun/aprun bound this rank to its 8 CPUs
+    assert (thread_plan({}, 4, own).cpus, thread_plan({}, 4, own).source, own.pinned) == (8, "affinity mask", True)
+
+
 def test_without_a_cpus_per_task_variable_the_node_is_shared_among_local_ranks() -> None:
     plan = thread_plan({}, 4, NODE8)
     assert (plan.cpus, plan.intra_op, plan.inter_op, plan.source) == (2, 2, 1, "8 cores / 4 ranks")

@@ -9,7 +9,7 @@ Example:
     >>> cfg = RunConfig(nprocs=2, command=("python", "train.py"))
     >>> env = worker_env({}, cfg, 1, ("127.0.0.1:5000", "127.0.0.1:5001"), "r1")
     >>> sorted(k for k in env if k.startswith("MLDIST_"))[:3], env["RANK"]
-    (['MLDIST_COMMUNICATION', 'MLDIST_LAUNCHER_PID', 'MLDIST_LOCAL_RANK'], '1')
+    (['MLDIST_COMMUNICATION', 'MLDIST_CPU_BIND', 'MLDIST_LAUNCHER_PID'], '1')
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from ..base.rundir import RUN_DIR_ENV
 from ..placement import common
+from ..placement.resources import CPU_BIND_ENV
 from .config import RunConfig
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
@@ -71,6 +72,22 @@ def run_env(cfg: RunConfig, run_id: str, restart: int) -> dict[str, str]:
     return env
 
 
+def binding_env(cfg: RunConfig) -> dict[str, str]:
+    """Whether this host's workers share the launcher's CPU mask, for their thread plans.
+
+    Unbound workers inside a CPU set (a container, ``salloc -c 8``) each see the whole set; told so, each
+    takes its share rather than all of it (:func:`mldist.placement.resources.plan_threads`).
+
+    Args:
+        cfg: the run configuration (``cpu_bind``).
+
+    Example:
+        >>> binding_env(RunConfig(nprocs=2, command=("python",)))
+        {'MLDIST_CPU_BIND': 'none'}
+    """
+    return {CPU_BIND_ENV: cfg.cpu_bind}
+
+
 def worker_env(
     base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
 ) -> dict[str, str]:
@@ -102,6 +119,7 @@ def worker_env(
         MLDIST_WORKERS=",".join(workers),
         MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
     )
+    env.update(binding_env(cfg))
     env.update(common.for_tools(env, rank, cfg.nprocs, rank, cfg.nprocs, workers))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.
