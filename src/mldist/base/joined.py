@@ -23,13 +23,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import envvalues
 from .files import atomic_write
 
 ALONE = "alone"
 #: The variable (or ``mldist run --require-group``) that makes a group never formed an error.
-REQUIRE_ENV = "MLDIST_REQUIRE_GROUP"
-#: The start-up hook stays out of a worker when this is "0".
-HOOK_ENV = "MLDIST_HOOK"
+REQUIRE_ENV = envvalues.REQUIRE_GROUP.name
+#: The start-up hook stays out of a worker when this is a no ("0", "no", "false").
+HOOK_ENV = envvalues.HOOK.name
 #: Set for mldist's own per-rank shims (which set up a rank, then start it): the hook is for the
 #: worker they start, and each shim removes it from that worker's environment.
 SKIP_ENV = "MLDIST_HOOK_SKIP"
@@ -52,7 +53,7 @@ def with_hook(env: Mapping[str, str]) -> dict[str, str]:
         >>> with_hook({"MLDIST_HOOK": "0"})
         {}
     """
-    if env.get(HOOK_ENV) == "0":
+    if not envvalues.HOOK.read(env):
         return {}
     hook = str(hook_folder())
     rest = [p for p in env.get("PYTHONPATH", "").split(":") if p and p != hook]
@@ -60,8 +61,13 @@ def with_hook(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def required(env: Mapping[str, str]) -> bool:
-    """Whether a group never formed is an error (``MLDIST_REQUIRE_GROUP=1``)."""
-    return env.get(REQUIRE_ENV) == "1"
+    """Whether a group never formed is an error (``MLDIST_REQUIRE_GROUP`` a yes: 1, yes or true).
+
+    Example:
+        >>> required({"MLDIST_REQUIRE_GROUP": "yes"}), required({"MLDIST_REQUIRE_GROUP": "0"}), required({})
+        (True, False, False)
+    """
+    return envvalues.REQUIRE_GROUP.read(env)
 
 
 def write(where: Path, rank: int, how: str) -> None:

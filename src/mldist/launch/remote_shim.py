@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..base import joined
+from ..base import envvalues, joined
 from ..base.procs import die_with_parent
 from ..placement import common, detect
 from .groups import ERROR_LINE, NOTES, pump
@@ -59,7 +59,7 @@ def _start(command: list[str], rank: int) -> subprocess.Popen[bytes] | None:
 
 def _relay(child: subprocess.Popen[bytes], rank: int, said: list[bool]) -> list[threading.Thread]:
     """Pump the worker's output with its ``[R]`` prefix; note whether its own error line got through."""
-    verbose, lock = os.environ.get("MLDIST_VERBOSE") == "1", threading.Lock()
+    verbose, lock = envvalues.VERBOSE.read(os.environ), threading.Lock()
     threads = []
     for src, dst in ((child.stdout, sys.stdout.buffer), (child.stderr, sys.stderr.buffer)):
         args = (lambda s=src: s, f"[{rank}] ".encode(), dst, lock, verbose, None, lambda: said.append(True))

@@ -23,12 +23,13 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..base import envvalues
 from ..errors import ConfigError, DetectionError
 from .detect import Placement
 
-DEFAULT_PORT_BASE = 20000
 #: Ports are handed out from [base, base + PORT_SPAN), below Linux's ephemeral range.
-PORT_SPAN = 12000
+PORT_SPAN = envvalues.PORT_SPAN
+DEFAULT_PORT_BASE = envvalues.DEFAULT_PORT_BASE
 _BLOCK = 64
 
 Discover = Callable[[str], Sequence[str]]
@@ -62,15 +63,13 @@ class ClusterSpec:
 
 
 def port_base(env: Mapping[str, str]) -> int:
-    """The first port mldist may use: ``MLDIST_PORT_BASE`` or 20000."""
-    raw = env.get("MLDIST_PORT_BASE", "")
-    if not raw:
-        return DEFAULT_PORT_BASE
-    if not raw.isdigit() or not 1024 <= int(raw) <= 65535 - PORT_SPAN:
-        raise ConfigError(
-            f"MLDIST_PORT_BASE={raw!r} is not usable; set it to a number from 1024 to {65535 - PORT_SPAN}"
-        )
-    return int(raw)
+    """The first port mldist may use: ``MLDIST_PORT_BASE`` or 20000 (:data:`mldist.base.envvalues.PORT_BASE`).
+
+    Example:
+        >>> port_base({}), port_base({"MLDIST_PORT_BASE": "24000"})
+        (20000, 24000)
+    """
+    return envvalues.PORT_BASE.read(env)
 
 
 def assign_ports(job_key: str, size: int, base: int) -> list[int]:

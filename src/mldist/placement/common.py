@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ..base import envvalues
+
 NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 #: Keras's: job addresses (the first one coordinates), process count, this process's id.
 KERAS = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID")
@@ -93,7 +95,7 @@ def for_tools(
     values = variables(rank, size, local_rank, local_size)
     if len(workers) == size:
         values |= keras_variables(rank, workers)
-        if env.get("MLDIST_TF_CONFIG") == "1":
+        if envvalues.TF_CONFIG.read(env):
             values |= tf_config(rank, workers)
     elif size > 1 and coordinator:
         values |= dict(zip(KERAS, (coordinator, str(size), str(rank)), strict=True))
@@ -134,7 +136,7 @@ def strategy_note(env: Mapping[str, str], runs_tensorflow: bool) -> str:
         >>> strategy_note({"MLDIST_TF_CONFIG": "1"}, True)[:60]
         'TF_CONFIG is set for tf.distribute.MultiWorkerMirroredStrate'
     """
-    if env.get("MLDIST_TF_CONFIG") != "1" or not runs_tensorflow or env.get("TF_USE_LEGACY_KERAS") == "1":
+    if not envvalues.TF_CONFIG.read(env) or not runs_tensorflow or env.get("TF_USE_LEGACY_KERAS") == "1":
         return ""
     return (
         "TF_CONFIG is set for tf.distribute.MultiWorkerMirroredStrategy, but Keras 3's fit fails inside it "

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..base import envvalues
 from ..errors import ConfigError
 
 
@@ -39,14 +40,21 @@ class ThreadPlan:
 
 
 def plan_threads(
-    affinity: int, total: int, cpus_per_task: int | None, local_size: int, given_by: str = "cpus per task"
+    affinity: int,
+    total: int,
+    cpus_per_task: int | None,
+    local_size: int,
+    given_by: str = "cpus per task",
+    shared: bool = False,
 ) -> ThreadPlan:
     """Threads from the CPUs this rank owns.
 
-    The affinity mask wins when a launcher narrowed it (srun, aprun -cc,
-    mpiexec --cpu-bind); then ``--cpus-per-task``; else the node's cores
-    shared evenly among the ranks on it. Site guides use intra-op = cores
-    and inter-op = 1 or 2.
+    The affinity mask wins when a launcher narrowed it for this rank (srun, aprun -cc,
+    mpiexec --cpu-bind); then ``--cpus-per-task``; else the CPUs of the mask shared
+    evenly among the ranks on the node: the whole node, or the job's CPU set when
+    the ranks were started inside one unbound (``mldist run`` in a cpuset, a
+    container or ``salloc -c 8``: each rank of 4 gets 2, not all 8). Site guides use
+    intra-op = cores and inter-op = 1 or 2.
 
     Args:
         affinity: CPUs in this process's affinity mask.
@@ -54,19 +62,22 @@ def plan_threads(
         cpus_per_task: ``SLURM_CPUS_PER_TASK`` or similar, if set.
         local_size: ranks on this node.
         given_by: where ``cpus_per_task`` came from (the plan's ``source``).
+        shared: the launcher left every rank on the node the same mask (it did not bind them).
 
     Example:
         >>> plan_threads(8, 8, None, 4).cpus
         2
+        >>> plan_threads(8, 64, None, 4, shared=True).cpus
+        2
         >>> plan_threads(8, 8, 1, 4, "OMP_NUM_THREADS").source
         'OMP_NUM_THREADS'
     """
-    if affinity < total:
+    if affinity < total and not shared:
         cpus, source = affinity, "affinity mask"
     elif cpus_per_task:
         cpus, source = cpus_per_task, given_by
     else:
-        cpus, source = max(1, total // max(1, local_size)), f"{total} cores / {local_size} ranks"
+        cpus, source = max(1, affinity // max(1, local_size)), f"{affinity} cores / {local_size} ranks"
     return ThreadPlan(cpus, cpus, 2 if cpus >= 4 else 1, source)
 
 
@@ -77,19 +88,29 @@ class CpuProbe:
     Args:
         total: CPUs of the node.
         allowed: CPU ids in this process's affinity mask.
+        shared: the launcher started every rank on this node with the same mask (``mldist run``
+            without ``--cpu-bind cores``), so a mask narrower than the node is the job's, not this rank's.
     """
 
     total: int
     allowed: tuple[int, ...]
+    shared: bool = False
 
     @property
     def pinned(self) -> bool:
-        """Whether a launcher narrowed the affinity mask below the whole node."""
-        return len(self.allowed) < self.total
+        """Whether a launcher narrowed the affinity mask below the whole node for this rank alone."""
+        return len(self.allowed) < self.total and not self.shared
 
 
-def cpu_probe() -> CpuProbe:
+#: Set by ``mldist run`` for its workers: ``none`` (they share its mask) or ``cores`` (each has its own).
+CPU_BIND_ENV = "MLDIST_CPU_BIND"
+
+
+def cpu_probe(env: Mapping[str, str] | None = None) -> CpuProbe:
     """Ask the OS for this node's CPUs and this process's affinity mask.
+
+    Args:
+        env: the rank's environment, for whether the launcher shared its mask (:data:`CPU_BIND_ENV`).
 
     Example:
         >>> p = cpu_probe()
@@ -97,9 +118,10 @@ def cpu_probe() -> CpuProbe:
         True
     """
     total = os.cpu_count() or 1
+    shared = (env or {}).get(CPU_BIND_ENV) == "none"
     if hasattr(os, "sched_getaffinity"):
-        return CpuProbe(total, tuple(sorted(os.sched_getaffinity(0))))
-    return CpuProbe(total, tuple(range(total)))
+        return CpuProbe(total, tuple(sorted(os.sched_getaffinity(0))), shared)
+    return CpuProbe(total, tuple(range(total)), shared)
 
 
 #: Where a rank's CPU count may be given, first one set wins, and how ``mldist env`` labels it.
@@ -116,10 +138,16 @@ CPUS_PER_TASK_VARS = tuple(CPUS_PER_TASK_SOURCES)
 def cpus_per_task_from(env: Mapping[str, str]) -> tuple[int, str] | None:
     """The first positive integer among :data:`CPUS_PER_TASK_VARS` and its variable; others are ignored.
 
+    Ours, ``MLDIST_CPUS_PER_TASK``, is refused when it is not a count (ConfigError): someone chose it
+    for mldist. The others may be inherited, or meant for another program, so they are skipped.
+
     Example:
         >>> cpus_per_task_from({"SLURM_CPUS_PER_TASK": "x", "OMP_NUM_THREADS": "4"})
         (4, 'OMP_NUM_THREADS')
     """
+    ours = envvalues.CPUS_PER_TASK.read(env)
+    if ours is not None:
+        return ours, envvalues.CPUS_PER_TASK.name
     for name in CPUS_PER_TASK_VARS:
         raw = env.get(name, "")
         if raw.isascii() and raw.isdigit() and int(raw) > 0:
@@ -139,7 +167,7 @@ def cpus_per_task(env: Mapping[str, str]) -> int | None:
 
 
 #: Thread pools a user may size, and the variable that does it (an ``init`` argument wins over it).
-THREAD_KNOBS = (("intra_op", "MLDIST_INTRA_OP"), ("inter_op", "MLDIST_INTER_OP"))
+THREAD_KNOBS = (("intra_op", envvalues.INTRA_OP), ("inter_op", envvalues.INTER_OP))
 
 
 def thread_count(value: object, name: str) -> int:
@@ -179,9 +207,9 @@ def override_threads(plan: ThreadPlan, env: Mapping[str, str], **given: int | No
         if given.get(knob) is not None:
             changes[knob] = thread_count(given[knob], knob)
             notes.append(f"{knob.replace('_', '-')} from init({knob}={changes[knob]})")
-        elif env.get(var, "").strip():
-            changes[knob] = thread_count(env[var], var)
-            notes.append(f"{knob.replace('_', '-')} from {var}={changes[knob]}")
+        elif (count := var.read(env)) is not None:
+            changes[knob] = count
+            notes.append(f"{knob.replace('_', '-')} from {var.name}={count}")
     if not changes:
         return plan
     intra, inter = changes.get("intra_op", plan.intra_op), changes.get("inter_op", plan.inter_op)
@@ -205,7 +233,7 @@ def thread_plan(
     Args:
         env: the rank's environment.
         local_size: ranks on this node.
-        probe: the CPUs (default: :func:`cpu_probe`).
+        probe: the CPUs (default: :func:`cpu_probe` of ``env``).
         intra_op, inter_op: sizes passed to ``mldist.init`` (None: not given).
 
     Example:
@@ -216,10 +244,11 @@ def thread_plan(
         >>> thread_plan({"OMP_NUM_THREADS": "1"}, 2, CpuProbe(8, tuple(range(8)))).note[:40]
         'OMP_NUM_THREADS=1 gives each rank 1 CPU '
     """
-    p = probe or cpu_probe()
+    p = probe or cpu_probe(env)
     count, name = cpus_per_task_from(env) or (None, "")
-    plan = plan_threads(len(p.allowed), p.total, count, local_size, CPUS_PER_TASK_SOURCES.get(name, ""))
-    share = plan_threads(len(p.allowed), p.total, None, local_size).cpus  # without the variable
+    given_by = CPUS_PER_TASK_SOURCES.get(name, "")
+    plan = plan_threads(len(p.allowed), p.total, count, local_size, given_by, shared=p.shared)
+    share = plan_threads(len(p.allowed), p.total, None, local_size, shared=p.shared).cpus  # without the variable
     if plan.source == "OMP_NUM_THREADS" and plan.cpus < share:
         note = (
             f"OMP_NUM_THREADS={plan.cpus} gives each rank {plan.cpus} CPU thread(s) of the {share} it could use; "

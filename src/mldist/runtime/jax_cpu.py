@@ -34,11 +34,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..base import envvalues
+
 #: A user's choice of JAX's CPU collectives (JAX reads it too); mldist's default.
 CHOICE_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
 DEFAULT = "gloo"
 #: ``MLDIST_GLOO_IDLE=0`` leaves Gloo's event loop at normal priority (for comparison).
-IDLE_ENV = "MLDIST_GLOO_IDLE"
+IDLE_ENV = envvalues.GLOO_IDLE.name
 #: System call numbers of epoll_wait and epoll_pwait, by machine (``platform.machine()``).
 EPOLL_CALLS = {
     "x86_64": ("232", "281"),
@@ -60,13 +62,13 @@ def implementation(env: Mapping[str, str]) -> str:
 
 
 def wants_idle_loop(collectives: str, env: Mapping[str, str]) -> bool:
-    """Whether to move Gloo's event loop to ``SCHED_IDLE``: on Gloo, unless ``MLDIST_GLOO_IDLE=0``.
+    """Whether to move Gloo's event loop to ``SCHED_IDLE``: on Gloo, unless ``MLDIST_GLOO_IDLE`` is a no (0, no, false).
 
     Example:
         >>> wants_idle_loop("gloo", {}), wants_idle_loop("gloo", {"MLDIST_GLOO_IDLE": "0"}), wants_idle_loop("mpi", {})
         (True, False, False)
     """
-    return collectives == DEFAULT and env.get(IDLE_ENV, "1").strip() != "0"
+    return collectives == DEFAULT and envvalues.GLOO_IDLE.read(env)
 
 
 def is_event_loop(syscall: str, machine: str) -> bool:

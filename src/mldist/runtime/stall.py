@@ -32,14 +32,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..base import progress
-from ..errors import ConfigError
+from ..base import envvalues, progress
 from .frames import main_thread_frames
 from .leave import error_line, leave, tell
 
 #: Seconds a collective may take before the watch ends the job: far above any sane step,
 #: short enough that a stalled job gives its allocation back.
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = envvalues.COLLECTIVE_TIMEOUT.default
 #: Exit code of a rank the watch ended.
 STALL_EXIT_CODE = 1
 #: What to try next, per engine.
@@ -60,23 +59,13 @@ FAILURES_SAID = 5
 def collective_timeout(env: Mapping[str, str]) -> float:
     """Seconds from ``MLDIST_COLLECTIVE_TIMEOUT`` (default :data:`DEFAULT_TIMEOUT`; 0: no watch).
 
+    A bad value is a ConfigError (:data:`mldist.base.envvalues.COLLECTIVE_TIMEOUT`).
+
     Example:
         >>> collective_timeout({}), collective_timeout({"MLDIST_COLLECTIVE_TIMEOUT": "0"})
         (600.0, 0.0)
     """
-    raw = env.get("MLDIST_COLLECTIVE_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ConfigError(
-            f"MLDIST_COLLECTIVE_TIMEOUT={raw!r} is not a number of seconds; set it to e.g. "
-            f"{DEFAULT_TIMEOUT:.0f} (the default), or 0 to turn the stalled-collective watch off"
-        )
-    return seconds
+    return envvalues.COLLECTIVE_TIMEOUT.read(env)
 
 
 def stall_message(rank: int, engine: str, what: str, seconds: float, timeout: float) -> str:

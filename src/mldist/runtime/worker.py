@@ -15,13 +15,15 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import ConfigError, UnsupportedError
+from ..base import envvalues
+from ..errors import ConfigError, MldistError, UnsupportedError
 from ..placement import Placement, backend, build_cluster_spec, detect, engines
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import (
@@ -145,6 +147,25 @@ def _check_soft_placement(value: object) -> bool | None:
     raise ConfigError(f"allow_soft_placement={value!r}: give True, False or None (leave TensorFlow's default)")
 
 
+def _refuse_bad_values(env: Mapping[str, str]) -> None:
+    """End this worker with one line and exit 2 if a value of :data:`~mldist.base.envvalues.WORKER_SETTINGS` is bad.
+
+    ``mldist run`` refuses such a value before it starts any worker; this is for workers started
+    some other way (a bare ``mpirun`` or ``srun``). No group exists yet, so no rank can speak for
+    the others: each one says its line (they read the same environment, so the lines agree), rather
+    than a traceback each.
+    """
+    try:
+        envvalues.check(env)
+    except ConfigError as exc:
+        where: int | None = None
+        with contextlib.suppress(MldistError):  # the rank, if the launcher's variables give one of 2+
+            placement = detect(env)
+            where = placement.rank if placement.size > 1 else None
+        leave.tell(leave.error_line(str(exc), where))
+        raise SystemExit(2) from None
+
+
 def init(
     communication: str | None = None,
     *,
@@ -174,13 +195,13 @@ def init(
         return STATE.ctx
     comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
-    stall.collective_timeout(os.environ)  # a bad MLDIST_COLLECTIVE_TIMEOUT stops here, before any side effect
+    _refuse_bad_values(os.environ)  # a bad MLDIST_* value stops here, before any side effect
     sys.excepthook = failures.one_line_errors
     keras = backend.check_supported(_keras_backend())
     leave.remember_stderr()
     watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
-    probe = cpu_probe()
+    probe = cpu_probe(os.environ)
     plan = thread_plan(os.environ, placement.local_size, probe, intra_op=intra_op, inter_op=inter_op)
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)

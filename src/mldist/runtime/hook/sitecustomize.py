@@ -5,7 +5,7 @@ one it shadows (a distribution's or a site's), then, in a worker of two or more,
 :func:`mldist.runtime.startup.begin`: the variables other tools read, filled in from mldist's
 placement where the launcher could not set them, and a note at exit on whether this worker
 joined a group. Nothing here may stop the user's program: any failure is silent.
-``MLDIST_HOOK=0`` switches it off.
+``MLDIST_HOOK=0`` (or ``no``, ``false``) switches it off.
 """
 
 import os
@@ -29,8 +29,13 @@ def _chain() -> None:
             sys.modules["sitecustomize"] = mine
 
 
+#: The no words of ``mldist.base.envvalues.FALSE``, spelled here: importing mldist to read them would
+#: cost every Python started with the hook off (tests/runtime/test_envvalues.py keeps the two alike).
+_OFF = ("0", "no", "false")
+
 _chain()
-if os.environ.get("MLDIST_HOOK") != "0" and not os.environ.get("MLDIST_HOOK_SKIP"):  # (mldist's shims)
+_off = os.environ.get("MLDIST_HOOK", "").strip().lower() in _OFF
+if not _off and not os.environ.get("MLDIST_HOOK_SKIP"):  # (mldist's shims)
     try:
         from mldist.runtime import startup
 
