@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import os
 import select
 import signal
@@ -28,7 +27,7 @@ from .common import FORMATTER, Handler, Parser
 GROUPS = (run, jobs, buildenv, tools, bench, observe, data)
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
+def build_parser() -> tuple[Parser, dict[str, Handler]]:
     """The top-level parser and every subcommand's handler by name."""
 
     parser = Parser(
@@ -43,6 +42,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     handlers: dict[str, Handler] = {}
     for group in GROUPS:
         handlers.update(group.register(sub))
+    parser.commands = dict(sub.choices)
     return parser, handlers
 
 
@@ -70,7 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser, handlers = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's own parser says it, so the line points at its --help, not mldist's
+        parser.commands.get(args.command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return handlers[args.command](args)
     except MldistError as exc:

@@ -22,7 +22,12 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line and exit code 2."""
+    """An ArgumentParser whose errors are one line and exit code 2.
+
+    ``commands``: the top-level parser's subcommand parsers by name (set by ``build_parser``).
+    """
+
+    commands: dict[str, argparse.ArgumentParser]
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
