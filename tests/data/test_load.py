@@ -22,6 +22,18 @@ def test_a_missing_dataset_names_the_exact_fetch_command(tmp_path: Path) -> None
     assert f"run `mldist data fetch mnist --cache '{tmp_path / 'my cache'}'`" in message
 
 
+def test_a_file_as_the_cache_is_named_not_taken_for_an_empty_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "mnist is not in the data cache /etc/passwd ... run fetch", and fetch then failed."""
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(ConfigError, match="^cache '.*a-file' is a file, not a directory: name a directory$"):
+        load("mnist", cache=tmp_path / "a-file")
+    monkeypatch.setenv("MLDIST_DATA_DIR", str(tmp_path / "a-file" / "below"))
+    with pytest.raises(ConfigError, match="^MLDIST_DATA_DIR .*a-file is a file, so no directory can be made below it"):
+        load("mnist")
+
+
 def test_the_cache_comes_from_mldist_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLDIST_DATA_DIR", str(tmp_path))
     assert cache_dir() == tmp_path

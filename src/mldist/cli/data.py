@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,11 +90,9 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 def _cache_root(args: argparse.Namespace) -> Path:
     """The cache of ``--cache``, else ``MLDIST_DATA_DIR``, else the default, once it can be one."""
-    from ..data.datasets import ENV_CACHE, cache_dir
-    from ..data.datasets.cache import check_root
+    from ..data.datasets.table import usable_cache_dir
 
-    given = "--cache" if args.cache is not None else ENV_CACHE if os.environ.get(ENV_CACHE) else "the data cache"
-    return check_root(cache_dir(args.cache), given)
+    return usable_cache_dir(args.cache, "--cache")
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,30 +151,6 @@ def status(ds: Dataset, root: Path, verify: bool = False) -> Cached:
         worst = "partial"
     size = sum(p.stat().st_size for p in present)
     return Cached(ds.name, str(folder), len(present), len(ds.files), size, worst)
-
-
-def check_root(root: Path, given: str) -> Path:
-    """``root`` if it can be a data cache (a directory, or one that can be made); else a ConfigError.
-
-    A file given as the cache would make every dataset look absent and every fetch fail.
-
-    Args:
-        root: the cache directory.
-        given: where it came from, for the message (``--cache``, ``MLDIST_DATA_DIR``).
-
-    Example:
-        >>> check_root(Path("/etc/passwd"), "MLDIST_DATA_DIR")
-        Traceback (most recent call last):
-        ...
-        mldist.errors.ConfigError: MLDIST_DATA_DIR '/etc/passwd' is a file, not a directory: name a directory
-    """
-    existing = next(p for p in (root, *root.parents) if os.path.lexists(p))
-    if existing.is_dir():
-        return root
-    if existing == root:
-        raise ConfigError(f"{given} {str(root)!r} is a file, not a directory: name a directory")
-    raise ConfigError(f"{given} {str(root)!r}: {existing} is a file, so no directory can be made below it; "
-                      "name a directory")  # fmt: skip
 
 
 def cached(root: Path, verify: bool = False) -> list[Cached]:

@@ -30,7 +30,7 @@ from ..._version import __version__
 from ...base.files import make_dirs, replace_durably
 from ...errors import ConfigError, MldistError
 from .cache import expected_hashes, record_sha256, recorded_sha256, sha256_of
-from .table import Dataset, cache_dir, dataset
+from .table import Dataset, dataset, usable_cache_dir
 
 CHUNK = 1 << 16
 
@@ -246,7 +246,7 @@ def fetch(
     ds = dataset(name)
     expected = expected_hashes(ds, sha256)
     base = base_url(ds, mirror)
-    folder = make_dirs(cache_dir(cache) / ds.name)
+    folder = make_dirs(usable_cache_dir(cache) / ds.name)
     done = []
     with _locked(folder):
         for file, _ in ds.files:

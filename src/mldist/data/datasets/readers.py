@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ConfigError
-from .table import DATASETS, cache_dir, dataset, fetch_command
+from .table import DATASETS, dataset, fetch_command, usable_cache_dir
 
 
 def _read_mnist(folder: Path) -> Any:
@@ -117,7 +117,7 @@ def load(name: str, cache: str | os.PathLike[str] | None = None) -> Any:
         (x_train, y_train), (x_test, y_test) = mldist.data.load("mnist")
     """
     ds = dataset(name)
-    root = cache_dir(cache)
+    root = usable_cache_dir(cache)  # a file there: one line, not 'absent, run fetch'
     folder = root / ds.name
     missing = [f for f, _ in ds.files if not (folder / f).is_file()]
     if missing:

@@ -99,6 +99,33 @@ def cache_dir(cache: str | os.PathLike[str] | None = None) -> Path:
     return Path(chosen).expanduser().absolute()
 
 
+def usable_cache_dir(cache: str | os.PathLike[str] | None = None, flag: str = "cache") -> Path:
+    """:func:`cache_dir`, once it can be a data cache (a directory, or one that can be made); else a ConfigError.
+
+    A file given as the cache would make every dataset look absent and every fetch fail.
+
+    Args:
+        cache: as :func:`cache_dir`.
+        flag: how the caller names ``cache`` in the message (``--cache`` on the command line).
+
+    Example:
+        >>> usable_cache_dir("/etc/passwd")
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: cache '/etc/passwd' is a file, not a directory: name a directory
+    """
+    root = cache_dir(cache)
+    given = flag if cache is not None else ENV_CACHE if os.environ.get(ENV_CACHE) else "the data cache"
+    existing = next(p for p in (root, *root.parents) if os.path.lexists(p))
+    if existing.is_dir():
+        return root
+    if existing == root:
+        raise ConfigError(f"{given} {str(root)!r} is a file, not a directory: name a directory")
+    raise ConfigError(
+        f"{given} {str(root)!r}: {existing} is a file, so no directory can be made below it; name a directory"
+    )
+
+
 def fetch_command(name: str, root: Path) -> str:
     """The exact command that fills cache ``root`` with dataset ``name``.
 
