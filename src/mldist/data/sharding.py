@@ -1,4 +1,4 @@
-"""Sharding ``tf.data`` input so every rank runs the same number of steps.
+"""Sharding ``tf.data`` (or numpy) input so every rank runs the same number of steps.
 
 Uneven shards hang collectives: the rank with one batch more waits forever
 for the others. The helpers here shard by file when there are at least as
@@ -13,12 +13,13 @@ Example::
 
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     ds = mldist.data.shard(ds, batch_size=64, shuffle_buffer=10_000)
-    model.fit(ds, epochs=5)
+    model.fit(ds, epochs=5)   # mldist.data.shard((x, y), 64) does the same from the arrays
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .. import runtime
@@ -137,11 +138,68 @@ def _finish(ds: Any, batch_size: int, shuffle_buffer: int, seed: int) -> Any:
     return ds.with_options(options)
 
 
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+#: What :func:`shard` takes, for its error messages.
+TAKES = (
+    "a tf.data.Dataset or numpy arrays (an array, or a tuple or dict of arrays, "
+    "as tf.data.Dataset.from_tensor_slices takes)"
+)
+
+
+def _leaves(data: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(where, array) of every array in numpy ``data``; ConfigError naming the first thing that is not one."""
+    import numpy as np
+
+    if isinstance(data, np.ndarray):
+        if data.ndim == 0:
+            raise ConfigError(f"shard got a 0-dimensional array{path} (one value, no elements to shard); "
+                              "give arrays with one row per example")  # fmt: skip
+        return [(path, data)]
+    if isinstance(data, tuple) and data:
+        return [leaf for i, item in enumerate(data) for leaf in _leaves(item, f"{path}[{i}]")]
+    if isinstance(data, dict) and data:
+        return [leaf for key, item in data.items() for leaf in _leaves(item, f"{path}[{key!r}]")]
+    where = f" at {path}" if path else ""
+    hint = " (a list: give a tuple of arrays, or np.asarray(...) it)" if isinstance(data, list) else ""
+    raise ConfigError(f"shard takes {TAKES}; got {_type_name(data)}{where}{hint}")
+
+
+def numpy_part(data: Any, rank: int, size: int) -> Any:
+    """Rank ``rank``'s elements of numpy ``data`` among ``size``: every ``size``-th row from row ``rank``.
+
+    The same rows ``tf.data.Dataset.shard(size, rank)`` keeps, taken before the data becomes a
+    dataset, so each rank copies only its part into TensorFlow.
+
+    Args:
+        data: an array, or a tuple or dict of arrays (nested as you like) with the same number of rows.
+        rank, size: this rank and the number of ranks.
+
+    Example:
+        >>> import numpy as np
+        >>> numpy_part((np.arange(5), np.arange(5) * 10), 1, 2)
+        (array([1, 3]), array([10, 30]))
+    """
+    rows = {len(array) for _, array in _leaves(data)}
+    if len(rows) > 1:
+        counts = ", ".join(f"{where or 'the array'}: {len(array)}" for where, array in _leaves(data))
+        raise ConfigError(f"shard got arrays of different lengths ({counts}); give one row per example in each")
+    if isinstance(data, tuple):
+        return tuple(numpy_part(item, rank, size) for item in data)
+    if isinstance(data, dict):
+        return {key: numpy_part(item, rank, size) for key, item in data.items()}
+    return data[rank::size]
+
+
 def shard(dataset: Any, batch_size: int, *, shuffle_buffer: int = 0, seed: int = 0) -> Any:
     """This rank's part of ``dataset`` by element, batched, equal steps on every rank.
 
     Args:
-        dataset: un-batched ``tf.data.Dataset`` (same order on every rank).
+        dataset: un-batched ``tf.data.Dataset`` (same order on every rank), or numpy arrays:
+            an array, or a tuple or dict of arrays (what ``tf.data.Dataset.from_tensor_slices`` takes).
         batch_size: per-worker batch size.
         shuffle_buffer: permute this rank's shard each epoch in windows of this many
             elements (0: no; at least the shard size: a full shuffle).
@@ -151,8 +209,14 @@ def shard(dataset: Any, batch_size: int, *, shuffle_buffer: int = 0, seed: int =
     Example::
 
         ds = mldist.data.shard(tf.data.Dataset.from_tensor_slices((x, y)), 64)
+        ds = mldist.data.shard((x, y), 64)  # the same from numpy arrays
     """
+    import tensorflow as tf
+
     ctx = runtime.init()
+    if not isinstance(dataset, tf.data.Dataset):
+        part = numpy_part(dataset, ctx.rank, ctx.size)
+        return _finish(tf.data.Dataset.from_tensor_slices(part), batch_size, shuffle_buffer, seed)
     ds = dataset.shard(ctx.size, ctx.rank) if ctx.size > 1 else dataset
     return _finish(ds, batch_size, shuffle_buffer, seed)
 
@@ -168,7 +232,7 @@ def shard_files(
     """Read ``files`` with ``reader`` and shard by file (or by element if too few files).
 
     Args:
-        files: every rank's full, identically ordered file list.
+        files: every rank's full, identically ordered list of file names (not a pattern).
         reader: maps a file name tensor to a dataset (e.g. ``tf.data.TFRecordDataset``).
         batch_size: per-worker batch size.
         shuffle_buffer: permute this rank's examples each epoch in windows of this size (0: no).
@@ -180,11 +244,17 @@ def shard_files(
     """
     import tensorflow as tf
 
-    if not files:
+    if isinstance(files, str | bytes | os.PathLike) or not isinstance(files, Iterable):
+        # A string is iterable too: each of its characters would be read as a file name.
+        given = repr(files) if isinstance(files, str | bytes) else _type_name(files)
+        raise ConfigError(f"shard_files takes a list of file names, got {given}; "
+                          "for a pattern give sorted(glob.glob(pattern))")  # fmt: skip
+    names = [os.fspath(f) if isinstance(f, os.PathLike) else f for f in files]  # pathlib's glob gives Paths
+    if not names:
         raise ConfigError("shard_files got no files; check the glob pattern or the data directory")
     ctx = runtime.init()
-    by_file = len(files) >= ctx.size
-    mine = list(files)[ctx.rank :: ctx.size] if by_file else list(files)
+    by_file = len(names) >= ctx.size
+    mine = names[ctx.rank :: ctx.size] if by_file else names
     ds = tf.data.Dataset.from_tensor_slices(mine).interleave(reader, cycle_length=1)
     if not by_file and ctx.size > 1:
         ds = ds.shard(ctx.size, ctx.rank)
