@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +60,51 @@ def test_gpus_against_tasks_per_node(env: dict[str, str], gpus: int, status: str
 
     _, got, message, _ = _gpu_result(env, cuda=True, gpus=gpus)
     assert (got, fragment in message) == (status, True), message
+
+
+def test_a_run_directory_that_is_a_file_and_a_refused_backend_fail_naming_them(tmp_path: Path) -> None:
+    """issue 47: MLDIST_RUN_DIR=/etc/passwd was "OK run directory: /etc is writable" (its parent was
+    checked); KERAS_BACKEND=torch, which mldist run refuses, got no word."""
+    a_file = tmp_path / "passwd"
+    a_file.write_text("not a directory\n")
+    code, checks = _doctor(MLDIST_RUN_DIR=str(a_file), KERAS_BACKEND="torch")
+    assert code == 2
+    run_dir = checks["run directory"]
+    assert run_dir["status"] == "fail"
+    assert run_dir["message"] == f"MLDIST_RUN_DIR={a_file}: {a_file} is a file, not a directory"
+    assert run_dir["fix"] == "set MLDIST_RUN_DIR to a writable directory"
+    backend = checks["Keras backend"]
+    refused = mldist(["run", "-n", "2", "--", "true"], env=clean_env(KERAS_BACKEND="torch"), timeout=60)
+    assert refused.returncode == 2 and backend["status"] == "fail"
+    assert refused.stderr.strip() == f"mldist run: error: {backend['message']}"  # what run says, word for word
+
+
+@pytest.mark.parametrize(
+    ("variable", "below", "problem"),
+    [
+        ("MLDIST_RUNS_DIR", "", "{file} is a file, not a directory"),
+        ("MLDIST_RUN_DIR", "/run", "{file} is a file, so {file}/run cannot be made below it"),
+        ("MLDIST_RUN_DIR", "/a/b", "{file} is a file, so {file}/a/b cannot be made below it"),
+    ],
+)
+def test_the_run_directory_itself_is_checked_not_its_parent(
+    variable: str, below: str, problem: str, tmp_path: Path
+) -> None:
+    from mldist.tools.checks import check_files
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    results = check_files({variable: f"{a_file}{below}"})
+    ((status, message, fix),) = [r[1:] for r in results if r[0] == "run directory"]
+    assert (status, message) == ("fail", f"{variable}={a_file}{below}: " + problem.format(file=a_file))
+    assert fix == f"set {variable} to a writable directory"
+
+
+def test_a_run_directory_that_can_be_made_or_written_passes(tmp_path: Path) -> None:
+    from mldist.tools.checks import check_files
+
+    made = dict((r[0], r[1:]) for r in check_files({"MLDIST_RUN_DIR": str(tmp_path / "new" / "run")}))
+    there = dict((r[0], r[1:]) for r in check_files({"MLDIST_RUNS_DIR": str(tmp_path)}))
+    assert made["run directory"] == ("ok", f"{tmp_path}/new/run can be made", "")
+    assert there["run directory"] == ("ok", f"{tmp_path} is writable", "")
+    assert not list(tmp_path.iterdir())  # the probe leaves nothing behind

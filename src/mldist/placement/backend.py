@@ -125,6 +125,23 @@ def check_supported(name: str) -> str:
     return name
 
 
+def refusal(env: Mapping[str, str]) -> str:
+    """Why ``mldist run`` and ``init()`` refuse the Keras backend the workers of ``env`` would find, in
+    one line: the same checks (:func:`keras_backend`, :func:`check_supported`); "" when mldist runs it.
+
+    Example:
+        >>> refusal({"KERAS_BACKEND": "torch"})
+        "KERAS_BACKEND=torch is not supported by mldist yet; use 'jax' or 'tensorflow'"
+        >>> refusal({"KERAS_BACKEND": "jax"})
+        ''
+    """
+    try:
+        check_supported(keras_backend(env, read_config(env)))
+    except ConfigError as exc:
+        return str(exc)
+    return ""
+
+
 def read_config(env: Mapping[str, str]) -> str | None:
     """The text of ``keras.json``, or None when there is none or it cannot be read."""
     try:

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -79,6 +80,15 @@ def check_cpu_and_tensorflow(env: Mapping[str, str]) -> list[Result]:
     results.append(("TensorFlow", "ok", f"TensorFlow {info['version']} imports", ""))
     results.append(_gpu_result(env, bool(info["cuda"]), int(str(info["gpus"]))))
     return [*results, *_jax_result(env)]
+
+
+def check_keras_backend(env: Mapping[str, str]) -> list[Result]:
+    """A fail when ``mldist run`` and ``init()`` would refuse the Keras backend (the same check); else nothing."""
+    from ..placement import backend
+
+    if refused := backend.refusal(env):
+        return [("Keras backend", "fail", refused, "set KERAS_BACKEND=tensorflow or jax (or 'backend' in keras.json)")]
+    return []
 
 
 def _jax_result(env: Mapping[str, str]) -> list[Result]:
@@ -156,15 +166,49 @@ def check_proxies(env: Mapping[str, str]) -> list[Result]:
     return [("proxies", "ok", message, "")]
 
 
+def directory_problem(path: Path) -> str:
+    """Why no files can be written in directory ``path`` (made if missing), in words; "" when they can.
+
+    Tried, not guessed from permission bits (root passes those, /proc refuses anyway): a directory
+    made and removed again in ``path``, or in the nearest folder above it that exists.
+
+    Example:
+        >>> import tempfile
+        >>> directory_problem(Path(tempfile.mkdtemp()) / "runs"), directory_problem(Path("/dev/null/runs"))
+        ('', '/dev/null is a file, so /dev/null/runs cannot be made below it')
+    """
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a directory"
+    if path.is_symlink() and not path.exists():
+        return f"{path} is a broken symbolic link (to {os.readlink(path)})"
+    above = path
+    while not above.exists() and not above.is_symlink() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        return f"{above} is a file, so {path} cannot be made below it"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mldist-doctor-", dir=above))
+    except OSError as exc:
+        made = "" if above == path else f", so {path} cannot be made"
+        return f"nothing can be written in {above} ({exc.strerror}){made}"
+    return ""
+
+
 def check_files(env: Mapping[str, str]) -> list[Result]:
-    """The run directory's parent is writable, and this rank's port is free."""
+    """The run directory (``MLDIST_RUN_DIR``; else ``MLDIST_RUNS_DIR`` or ``runs``, where run directories
+    are made) can be written, and this rank's port is free."""
     from ..runtime.tf_engine import check_port_free
 
     results: list[Result] = []
-    parent = Path(env.get("MLDIST_RUN_DIR") or "runs").resolve().parent
-    ok = os.access(parent, os.W_OK | os.X_OK)
-    results.append(("run directory", "ok" if ok else "fail", f"{parent} is {'' if ok else 'not '}writable",
-                    "" if ok else "run from a writable directory or pass --run-dir"))  # fmt: skip
+    name = "MLDIST_RUN_DIR" if env.get("MLDIST_RUN_DIR") else "MLDIST_RUNS_DIR" if env.get("MLDIST_RUNS_DIR") else ""
+    path = Path(env[name] if name else "runs").absolute()
+    if problem := directory_problem(path):
+        given = f"{name}={env[name]}: " if name else ""
+        fix = f"set {name} to a writable directory" if name else "run from a writable directory or pass --run-dir"
+        results.append(("run directory", "fail", f"{given}{problem}", fix))
+    else:
+        made = "is writable" if path.is_dir() else "can be made"
+        results.append(("run directory", "ok", f"{path} {made}", ""))
     try:
         spec = build_cluster_spec(detect(env), env, no_discovery)
         if spec.size > 1:

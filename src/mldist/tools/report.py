@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..base import envvalues
 from ..base.procs import STARTUP_NOISE
 from ..base.secrets import redact
 from ..errors import MldistError
@@ -173,7 +174,7 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         report["placement"] = dataclasses.asdict(placement)
         spec = build_cluster_spec(placement, env, mpi_allgather_hosts)
         report["workers"] = list(spec.workers) if spec.size > 1 else []
-        probe = cpu_probe()
+        probe = cpu_probe(env)
         plan = thread_plan(env, spec.local_size, probe)  # the very function init() uses
         report["threads"] = dataclasses.asdict(plan) | {"node_cpus": probe.total, "affinity_cpus": len(probe.allowed)}
         would = openmp_defaults(plan, probe.pinned)
@@ -187,9 +188,12 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         except ImportError:
             errors.append("TensorFlow is not installed: pip install 'mldist[cpu]' (or [gpu])")
     report["keras_backend"] = backend.described(env)
+    if refused := backend.refusal(env):  # what mldist run would say of it
+        report["keras_backend_refused"] = refused
+        errors.append(refused)
     if "placement" in report:
         report["engine"] = _engine(env, placement, bool(report.get("gpus")))
-    report["errors"] = errors
+    report["errors"] = errors + [line for line in envvalues.problems(env) if line not in errors]
     return report
 
 
@@ -238,7 +242,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(f"gpu       {g['index']} {g['name']} (device {g['device_id']})")
     if "gpus" in report and not report["gpus"]:
         lines.append("gpu       none visible")
-    lines += [f"backend   keras on {report['keras_backend']}"] if "keras_backend" in report else []
+    refused = " - mldist run and init() refuse it (see the error below)" if report.get("keras_backend_refused") else ""
+    lines += [f"backend   keras on {report['keras_backend']}{refused}"] if "keras_backend" in report else []
     lines += [f"init sets {k}={v}" for k, v in report.get("init_would_set", {}).items()]
     lines += [f"env       {k}={v}" for k, v in report["variables"].items()]
     e = report.get("engine")
