@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import tempfile
 import time
 from collections.abc import Mapping
@@ -205,6 +206,57 @@ def describe(record: Record, now: float | None = None) -> list[str]:
         where = "before its first collective"
     stale = f" (record {record.age(now):.0f} s old: {STALE_WHY})" if record.stale(now) else ""
     head = f"rank {record.rank} ({record.host}, pid {record.pid}): {where}{stale}"
+    return [head, *(f"    {frame}" for frame in record.stack or ("(no Python frames)",))]
+
+
+def gone(record: Record) -> bool:
+    """Whether ``record``'s process has ended: it ran on this host and no process has its pid now.
+
+    Of a rank on another host nothing is known here: never gone.
+
+    Example:
+        >>> import socket
+        >>> gone(Record(0, socket.gethostname(), os.getpid(), 0, 0, None, None, (), 0.0))
+        False
+    """
+    if record.host != socket.gethostname():
+        return False
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
+
+
+def describe_past(record: Record, ended: float | None = None, now: float | None = None) -> list[str]:
+    """Lines for one rank of a run that is over: its last record, in the past tense (``mldist stacks``).
+
+    Args:
+        record: the rank's last record.
+        ended: when the run ended (its summary.json), or None when unknown (its process is gone).
+        now: the time (default: now), for a record's age when ``ended`` is unknown.
+
+    Example:
+        >>> r = Record(0, "n1", 7, 4, 3, (4, "allreduce(sum)", 2.0), None, ("t.py:3 f: x()",), 10.0)
+        >>> describe_past(r, ended=15.0)[0][-75:]
+        '(5 s before the run ended): it was in collective #4 allreduce(sum), for 8 s'
+    """
+    if record.current is not None:
+        number, what, since = record.current
+        where = f"it was in collective #{number} {what}, for {record.written - since:.0f} s"
+    elif record.last is not None:
+        number, what, when = record.last
+        where = f"it was between collectives, the last finished #{number} {what} at {clock(when)}"
+    else:
+        where = "it had begun no collective"
+    if ended is not None:
+        age = f"{max(0.0, ended - record.written):.0f} s before the run ended"
+    else:
+        age = f"{record.age(now):.0f} s ago; its process is gone"
+    who = f"rank {record.rank} ({record.host}, pid {record.pid})"
+    head = f"{who}, last record at {clock(record.written)} ({age}): {where}"
     return [head, *(f"    {frame}" for frame in record.stack or ("(no Python frames)",))]
 
 

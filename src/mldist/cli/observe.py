@@ -10,6 +10,10 @@ Example:
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,9 @@ example:
 About once a second every rank of mldist.init() writes where it is: the collective it is in
 (number, name, for how long) or the last it finished, and its main thread's innermost frames.
 This reads those records; the job keeps running. A record that stops changing while its rank
-lives says so: the rank is then likely in C code that holds Python's lock."""
+lives says so: the rank is then likely in C code that holds Python's lock. Of a run that is over
+(its summary.json is there, or its processes are gone) it says when and how it ended and shows
+the last records as such; the exit code is then 1 unless the run ended ok."""
 
 
 def register(sub: Any) -> dict[str, Handler]:
@@ -83,23 +89,81 @@ def _progress_folders(target: str) -> list[Path]:
     return sorted(job_dir.glob("array-*/run/progress")) if record.array else [job_dir / "run" / "progress"]
 
 
+def _summary(folder: Path) -> dict[str, Any] | None:
+    """The summary.json of the run whose progress folder is ``folder`` (it is written when the run
+    ends), or None while the run goes on. A damaged one still says that the run ended."""
+    for path in (folder / "summary.json", folder.parent / "summary.json"):
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                data = None
+            return data if isinstance(data, dict) else {}
+    return None
+
+
+def _ended_at(summary: dict[str, Any]) -> float | None:
+    """When the run ended (summary.json's ``ended``, seconds since the epoch), or None if it does not say."""
+    try:
+        return datetime.datetime.fromisoformat(str(summary["ended"])).timestamp()
+    except (KeyError, ValueError):
+        return None
+
+
+def ending(target: str, summary: dict[str, Any], now: float) -> str:
+    """The line that says a run is over: when and how it ended (its summary.json).
+
+    Example:
+        >>> ending("runs/t", {"ended": "2026-11-24T01:02:03+00:00", "status": "failed", "exit_code": 1},
+        ...        datetime.datetime(2026, 11, 24, 1, 9, 3, tzinfo=datetime.timezone.utc).timestamp())[:73]
+        'runs/t: this run ended at 2026-11-24 01:02:03+00:00 (7m00s ago), failed ('
+    """
+    from ..base.training import clock
+
+    at = _ended_at(summary)
+    when = "at an unknown time"
+    if at is not None:
+        stamp = datetime.datetime.fromisoformat(str(summary["ended"]))
+        when = f"at {stamp.isoformat(sep=' ')} ({clock(max(0.0, now - at))} ago)"
+    how = str(summary.get("status") or "with no status recorded")
+    if summary.get("exit_code") is not None:
+        how += f" (exit code {summary['exit_code']}"
+        how += f", signals {', '.join(map(str, summary['signals']))})" if summary.get("signals") else ")"
+    return (f"{target}: this run ended {when}, {how}; below are its ranks' last records, "
+            "as they were then, not where anything is now")  # fmt: skip
+
+
 def _cmd_stacks(args: argparse.Namespace) -> int:
     from ..base import progress
 
-    shown = 0
+    shown, code, now = 0, 0, time.time()
     folders = _progress_folders(args.target)
     for folder in folders:
         records = progress.read(folder)
         if records and len(folders) > 1:  # an array job: one folder per task
             print(f"== {folder.parent.parent.name}", flush=True)
-        for record in records.values():
-            print("\n".join(progress.describe(record)), flush=True)
+        summary = _summary(folder) if records else None
+        gone = {rank for rank, record in records.items() if progress.gone(record)}
+        if summary is not None:  # a run that is over: its records are history
+            name = str(folder.parent.parent) if len(folders) > 1 else args.target
+            print(f"mldist stacks: {ending(name, summary, now)}", file=sys.stderr, flush=True)
+            code = max(code, 0 if summary.get("status") == "ok" else 1)
+        elif records and gone == set(records):
+            print(f"mldist stacks: {args.target}: no rank is running: their processes are gone and the run left "
+                  "no summary.json (was its launcher killed?); below are their last records, as they were then",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            code = 1
+        ended = _ended_at(summary) if summary is not None else None
+        for rank, record in records.items():
+            past = summary is not None or rank in gone
+            lines = progress.describe_past(record, ended, now) if past else progress.describe(record, now)
+            print("\n".join(lines), flush=True)
             shown += 1
     if not shown:
         raise ConfigError(
             f"{args.target}: no rank has written its progress yet; is the job running? ({progress.NO_RECORD})"
         )
-    return 0
+    return code
 
 
 def _cmd_tensorboard(args: argparse.Namespace) -> int:
