@@ -39,6 +39,13 @@ def _json(path: Path) -> dict:  # type: ignore[type-arg]
         (["bash", "-c", "echo hi"], "bash"),
         (["./my job.sh"], "my_job"),
         ([], "run"),
+        # issue 47: a module that runs a script is passed over; the script names the run.
+        (["python", "-m", "mldist.horovod.alias", "hvd/script.py", "--epochs", "2"], "script"),
+        (["python", "-m", "mldist.horovod.alias", "./train", "-v"], "train"),
+        (["python", "-m", "mldist.horovod.alias", "-m", "pytest", "test_tf.py"], "pytest"),
+        (["python", "-m", "cProfile", "-o", "prof.out", "train.py"], "train"),
+        (["python", "-m", "trace", "--count", "train"], "train"),
+        (["python", "-m", "mldist.horovod.alias"], "alias"),
     ],
 )
 def test_run_name_is_the_script_stem(command: list[str], name: str) -> None:
@@ -156,6 +163,17 @@ def test_mldist_runs_dir_moves_the_default_run_directories(tmp_path: Path) -> No
     check(mldist(["run", "-n", "1", "--", PY, "-c", "print('x')"], env=clean_env(MLDIST_RUNS_DIR=str(tmp_path))))
     (made,) = tmp_path.iterdir()
     assert made.name.startswith("python-") and (made / "config.json").is_file()
+
+
+def test_a_run_through_the_horovod_alias_is_named_for_its_script(tmp_path: Path) -> None:
+    """issue 47: ``-m mldist.horovod.alias script.py`` made ``runs/alias-<time>``."""
+    script = tmp_path / "script.py"
+    script.write_text("import horovod  # through the alias\nprint('ran')\n")
+    runs = tmp_path / "runs"
+    argv = ["run", "-n", "1", "--", PY, "-m", "mldist.horovod.alias", str(script)]
+    assert "ran" in check(mldist(argv, env=clean_env(MLDIST_RUNS_DIR=str(runs)))).stdout
+    (made,) = runs.iterdir()
+    assert made.name.startswith("script-") and (made / "summary.json").is_file()
 
 
 def test_log_dir_keeps_its_meaning_and_the_run_dir_links_to_it(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from . import envvalues
 from .files import atomic_write, make_dirs
 
 #: The variable that tells every worker where the run directory is.
@@ -37,28 +38,31 @@ RUNS = "runs"
 METRICS_FILE = "rank-{rank}.metrics.json"
 #: Matches a worker report's file name; group 1 is its rank.
 METRICS_RE = re.compile(r"rank-([0-9]{1,6})\.metrics\.json")
-#: The variable that turns RunLog's metrics.png off in a job ("0"), without changing the script.
-PLOT_ENV = "MLDIST_PLOT"
+#: The variable that turns RunLog's metrics.png off in a job (a no), without changing the script.
+PLOT_ENV = envvalues.PLOT.name
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def plot_wanted(env: Mapping[str, str]) -> bool:
-    """Whether ``RunLog`` draws metrics.png when the script does not say: ``MLDIST_PLOT`` 1 (default) or 0.
+    """Whether ``RunLog`` draws metrics.png when the script does not say: ``MLDIST_PLOT`` yes (default) or no.
 
     Drawing imports matplotlib on rank 0 (about a second here; more from a slow shared file system).
 
     Example:
-        >>> plot_wanted({}), plot_wanted({"MLDIST_PLOT": "0"})
-        (True, False)
+        >>> plot_wanted({}), plot_wanted({"MLDIST_PLOT": "0"}), plot_wanted({"MLDIST_PLOT": "no"})
+        (True, False, False)
     """
-    value = env.get(PLOT_ENV, "1")
-    if value not in ("0", "1"):
-        raise ConfigError(f"{PLOT_ENV}={value!r}: use 1 (RunLog draws metrics.png) or 0 (no plot)")
-    return value == "1"
+    return envvalues.PLOT.read(env)
+
+
+#: Modules that run the script (or ``-m MODULE``) given after them: a run of one is named for that.
+RUNNERS = frozenset({"mldist.horovod.alias", "cProfile", "profile", "pdb", "trace"})
 
 
 def run_name(command: Sequence[str]) -> str:
     """A short name for a run of ``command``: the script's stem, the module of ``-m``, else the program.
+
+    A module of :data:`RUNNERS` is passed over: the script it runs names the run.
 
     Example:
         >>> run_name(["/v/bin/python", "-u", "train.py"])
@@ -67,14 +71,19 @@ def run_name(command: Sequence[str]) -> str:
         'trainer'
         >>> run_name(["./job.sh"])
         'job'
+        >>> run_name(["python", "-m", "mldist.horovod.alias", "hvd_train", "--epochs", "2"])
+        'hvd_train'
     """
     words = list(command)
     for i, word in enumerate(words):
         if word == "-m" and i + 1 < len(words):
+            if words[i + 1] in RUNNERS and words[i + 2 :]:
+                return run_name(words[i + 2 :])
             return _safe(words[i + 1].rsplit(".", 1)[-1])
         if word.endswith(".py") and not word.startswith("-"):
             return _safe(Path(word).stem)
-    return _safe(Path(words[0]).stem) if words else "run"
+    program = next((word for word in words if not word.startswith("-")), None)  # past a runner's options
+    return _safe(Path(program).stem) if program else "run"
 
 
 def _safe(name: str) -> str:

@@ -73,7 +73,6 @@ from .ops import (
     rank_op,
     size_op,
 )
-from .optimizer import DistributedOptimizer, PartialDistributedOptimizer
 from .process_sets import add_process_set, init, remove_process_set
 from .scatter import alltoall, grouped_reducescatter, reducescatter
 from .settings import start_timeline, stop_timeline
@@ -150,7 +149,13 @@ REFUSED = {
 
 
 #: Names whose module imports Keras (or the launcher): loaded on first use.
-LAZY = {"SyncBatchNormalization": "sync_batch_norm", "run": "runner"}
+LAZY = {
+    "SyncBatchNormalization": "sync_batch_norm",
+    "run": "runner",
+    # Keras: `python -m mldist.horovod.alias --help` imports this package first, and answers at once.
+    "DistributedOptimizer": "optimizer",
+    "PartialDistributedOptimizer": "optimizer",
+}
 
 
 def attribute(name: str, module: str) -> Any:

@@ -79,17 +79,71 @@ def install() -> None:
         sys.meta_path.insert(0, _HorovodAlias())
 
 
+PROG = "python -m mldist.horovod.alias"
+USAGE = f"usage: {PROG} SCRIPT [ARGS...] | -m MODULE [ARGS...]"
+HELP = f"""{USAGE}
+
+Run a Horovod script unchanged: its `import horovod...` lines load mldist.horovod.
+SCRIPT runs as `python SCRIPT ARGS` would (-m MODULE as `python -m MODULE ARGS`), one
+process per rank, under mldist run, mpiexec or srun. Only Horovod's TensorFlow and
+Keras API exists here; horovod.torch and friends fail with one line.
+
+example:
+  mldist run -n 2 -- {PROG} tensorflow2_keras_mnist.py --epochs 3
+  mldist run -n 2 -- {PROG} -m pytest test_tensorflow.py   # Horovod's own tests"""
+
+
+def refusal(argv: list[str], cwd: str) -> str:
+    """Why ``argv`` names nothing to run, in one line; "" when it does (``--help`` is not refused here).
+
+    Example:
+        >>> refusal(["--epochs", "3"], "/")[:28], refusal(["alias.py"], os.path.dirname(__file__))
+        ("'--epochs' is not an option ", '')
+    """
+    if not argv:
+        return f"give a SCRIPT or -m MODULE to run: {USAGE}"
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            return f"-m needs a MODULE to run: {USAGE}"
+        if not _module_found(argv[1], cwd):
+            return f"no module named {argv[1]!r} in {cwd} or the installed packages; check its name (see --help)"
+        return ""
+    if argv[0].startswith("-"):
+        return f"{argv[0]!r} is not an option of {PROG}: give a SCRIPT or -m MODULE first, its options after it"
+    if not os.path.exists(os.path.join(cwd, argv[0])):
+        return f"no script {argv[0]!r} in {cwd}; give the path of a Python script (see --help)"
+    return ""
+
+
+def _module_found(name: str, cwd: str) -> bool:
+    sys.path.insert(0, cwd)
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or an empty name
+        return False
+    finally:
+        sys.path.remove(cwd)
+
+
 def main(argv: list[str]) -> None:
     """Run ``argv[0]`` (or, after ``-m``, a module such as pytest) as ``__main__`` with the alias installed.
+
+    Args:
+        argv: the arguments after ``python -m mldist.horovod.alias``. ``--help`` prints the usage,
+            what names nothing to run ends the process with one line and exit code 2.
 
     Example::
 
         main(["train.py", "--epochs", "2"])
         main(["-m", "pytest", "test_tensorflow.py"])   # Horovod's own tests against mldist.horovod
     """
-    if not argv or (argv[0] == "-m" and len(argv) < 2):
-        raise SystemExit("usage: python -m mldist.horovod.alias SCRIPT [ARGS...] | -m MODULE [ARGS...]")
-    install()
+    if argv[:1] in (["-h"], ["--help"]):
+        print(HELP)
+        return
+    install()  # first: `-m horovod.X` is found through the alias
+    if problem := refusal(argv, os.getcwd()):
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     if argv[0] == "-m":
         # As `python -m MODULE` does: the current directory first; argv[0] becomes the module's path.
         sys.argv = [argv[1], *argv[2:]]
