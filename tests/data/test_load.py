@@ -27,10 +27,10 @@ def test_a_file_as_the_cache_is_named_not_taken_for_an_empty_cache(
 ) -> None:
     """It said "mnist is not in the data cache /etc/passwd ... run fetch", and fetch then failed."""
     (tmp_path / "a-file").write_text("x")
-    with pytest.raises(ConfigError, match="^cache '.*a-file' is a file, not a directory: name a directory$"):
+    with pytest.raises(ConfigError, match=r"^cache '.*a-file' is a file, not a directory: name a directory$"):
         load("mnist", cache=tmp_path / "a-file")
     monkeypatch.setenv("MLDIST_DATA_DIR", str(tmp_path / "a-file" / "below"))
-    with pytest.raises(ConfigError, match="^MLDIST_DATA_DIR .*a-file is a file, so no directory can be made below it"):
+    with pytest.raises(ConfigError, match=r"^MLDIST_DATA_DIR .*a-file is a file, so no directory can be made below it"):
         load("mnist")
 
 
