@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from mldist.base import rejoin
+from mldist.errors import LaunchError
 from mldist.launch.config import ElasticConfig, RunConfig
 from mldist.launch.elastic import DISCOVER_EVERY, Watch, forget, grow, lost_hosts, reform
+from mldist.launch.remote import answering_hosts
 
 HOSTS = (("hx1", 1), ("hx2", 1), ("hx3", 1))
 
@@ -123,3 +125,20 @@ def test_a_failed_run_forgets_its_commits_on_every_host(tmp_path: Path) -> None:
     assert all(line.endswith("rm -rf -- '/c d'/mldist-\"$(id -u)\"/e0a1") for line in lines), lines
     forget(["hx1"], {"PRTE_MCA_plm_ssh_agent": str(agent)})  # not an elastic run: nothing asked
     assert len(log.read_text().splitlines()) == 2
+
+
+def test_an_elastic_run_starts_without_a_silent_host_while_min_np_allows(
+    ssh: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check before the start (mldist.launch.remote.answering_hosts): an elastic world leaves a silent
+    host out and starts with --min-np or more; below it, and in a fixed world, it names the host and stops."""
+    env = {**ssh, "ANSWERING": "hx1,hx2"}
+    cfg = answering_hosts(_cfg(min_np=2), env)
+    assert (cfg.hosts, cfg.nprocs) == (HOSTS[:2], 2)
+    assert "host hx3: ssh to it fails (ssh said nothing); starting without it (--min-np 2)" in capsys.readouterr().err
+    with pytest.raises(LaunchError, match=r"^host hx3: ssh to it fails \(ssh said nothing\)$"):
+        answering_hosts(_cfg(min_np=3), env)
+    fixed = RunConfig(nprocs=3, command=("python",), hosts=HOSTS)
+    with pytest.raises(LaunchError, match=r"^host hx2: ssh to it fails .*; hx3 failed the check too$"):
+        answering_hosts(fixed, {**ssh, "ANSWERING": "hx1"})
+    assert answering_hosts(fixed, {**ssh, "ANSWERING": "hx1,hx2,hx3"}) is fixed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, start_service, stop_service, tail
+from mldist.launch.config import CONNECT_TIMEOUT
 
 pytestmark = pytest.mark.slow
 SCRIPT = ROOT / "scripts" / "test-hosts.sh"
@@ -170,6 +172,114 @@ def _kill_host(index: int) -> None:
     pids = subprocess.run(["ip", "netns", "pids", f"mld-hx{index}"], capture_output=True, text=True).stdout.split()
     assert pids, f"nothing runs on hx{index}"
     subprocess.run(["kill", "-KILL", *pids], check=False)
+
+
+def _signal_host(index: int, sig: str) -> None:
+    """``kill -SIG`` every process of test host hx<index>: STOP leaves its kernel accepting connections that
+    no process ever answers (a hung host), CONT lets it go on."""
+    pids = subprocess.run(["ip", "netns", "pids", f"mld-hx{index}"], capture_output=True, text=True).stdout.split()
+    assert pids, f"nothing runs on hx{index}"
+    subprocess.run(["kill", f"-{sig}", *pids], check=False)
+
+
+def _agent_without(env: dict[str, str], tmp_path: Path, *options: str) -> dict[str, str]:
+    """``env`` whose ssh agent reads a copy of the test hosts' ssh config without the lines of ``options``."""
+    original = Path(shlex.split(env["PRTE_MCA_plm_ssh_agent"])[-1])
+    config = tmp_path / "ssh_config"
+    kept = [line for line in original.read_text().splitlines(True) if line.split()[:1] not in [[o] for o in options]]
+    config.write_text("".join(kept))
+    return {**env, "PRTE_MCA_plm_ssh_agent": f"ssh -F {config}"}
+
+
+@pytest.mark.parametrize("given", [None, 3])
+def test_a_host_that_does_not_answer_is_named_within_the_connect_timeout(
+    hosts_env: dict[str, str], tmp_path: Path, given: int | None
+) -> None:
+    """Every process of hx2 stopped: its kernel accepts ssh's connection and nothing ever answers. The
+    agent has no ConnectTimeout of its own (ssh's default), so mpiexec alone would wait for ever."""
+    env = _agent_without(hosts_env, tmp_path, "ConnectTimeout")
+    flags = [] if given is None else ["--connect-timeout", str(given)]
+    args = ["run", "-H", "hx1:1,hx2:1", "--no-run-dir", *flags, "--", PY, "-c", "print('WORKER RAN')"]
+    _signal_host(2, "STOP")
+    try:
+        started = time.monotonic()
+        res = mldist(args, env=env, timeout=90)
+        took = time.monotonic() - started
+    finally:
+        _signal_host(2, "CONT")
+    limit = CONNECT_TIMEOUT if given is None else given
+    print(f"--connect-timeout {limit:g}: hx2 named {took:.1f} s after the start")
+    assert res.returncode == 2 and "WORKER RAN" not in res.stdout, tail(res)
+    assert res.stderr.strip().splitlines() == [
+        f"mldist run: error: host hx2 does not answer over ssh within {limit:g} s; check that it is up, or give it "
+        "longer (--connect-timeout)"
+    ], tail(res)
+    assert limit <= took < limit + 8, f"took {took:.1f} s"
+
+
+STOPS_ITS_SSHD = (
+    "import os, signal, sys, time; rank = int(os.environ['RANK']); "
+    "rank == 1 and (os.kill(int(open(sys.argv[1]).read()), signal.SIGSTOP), sys.exit(3)); time.sleep(5)"
+)
+
+
+def test_a_restart_names_a_host_that_stopped_answering(hosts_env: dict[str, str], tmp_path: Path) -> None:
+    """--max-restarts 1: rank 1 stops hx2's sshd, then fails. The restart checks the hosts first and names
+    hx2 within --connect-timeout, where mpiexec would wait for ever."""
+    env = _agent_without(hosts_env, tmp_path, "ConnectTimeout")
+    sshd = Path(shlex.split(hosts_env["PRTE_MCA_plm_ssh_agent"])[-1]).parent / "sshd-hx2.pid"
+    args = ["run", "-H", "hx1:1,hx2:1", "--max-restarts", "1", "--connect-timeout", "3", "--no-run-dir"]
+    try:
+        res = mldist([*args, "--", PY, "-c", STOPS_ITS_SSHD, str(sshd)], env=env, timeout=120)
+    finally:
+        subprocess.run(["kill", "-CONT", sshd.read_text().strip()], check=False)
+    assert res.returncode == 1, tail(res)
+    assert (
+        "mldist run: giving up after 1 restart(s); failures: rank 1 exited with code 3 on hx2; host hx2 does not "
+        "answer over ssh within 3 s"
+    ) in res.stderr, tail(res)
+
+
+def test_hosts_that_refuse_the_login_are_named_before_the_start(hosts_env: dict[str, str], tmp_path: Path) -> None:
+    """No key for the hosts (mpiexec would report a lost daemon): the line says that they refuse the login."""
+    env = _agent_without(hosts_env, tmp_path, "IdentityFile")
+    res = mldist(["run", "-H", "hx1:1,hx2:1", "--no-run-dir", "--", PY, "-c", "print('WORKER RAN')"], env=env)
+    assert res.returncode == 2 and "WORKER RAN" not in res.stdout, tail(res)
+    (line,) = res.stderr.strip().splitlines()
+    assert re.fullmatch(r"mldist run: error: host hx[12]: it refuses the login .*Permission denied.*"
+                        r"; hx[12] failed the check too", line), line  # fmt: skip
+
+
+def _kill_daemon(index: int) -> None:
+    """Open MPI's daemon on test host hx<index> (the prted that prted forked), with SIGKILL: mpiexec loses its
+    connection there (its "lost communication with a remote daemon" report) while ssh and sshd stay up."""
+    pids = subprocess.run(["ip", "netns", "pids", f"mld-hx{index}"], capture_output=True, text=True).stdout.split()
+    comm = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids if Path(f"/proc/{pid}").exists()}
+    parent = {pid: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] for pid in comm}
+    daemons = [pid for pid, name in comm.items() if name == "prted" and comm.get(parent[pid]) == "prted"]
+    assert daemons, f"no forked prted on hx{index}: {comm}"
+    subprocess.run(["kill", "-KILL", *daemons], check=False)
+
+
+def test_a_host_lost_mid_run_is_named_and_the_output_stays_text(hosts_env: dict[str, str]) -> None:
+    """hx2's Open MPI daemon killed while the workers run: mpiexec's report (a help text that ends with a NUL
+    byte) reaches the terminal without the NUL, and the run names the lost host."""
+    worker = "import time; print('UP', flush=True); time.sleep(60)"
+    argv = [PY, "-m", "mldist", "run", "-H", "hx1:1,hx2:1", "--no-run-dir", "--", PY, "-c", worker]
+    proc = subprocess.Popen(argv, env=hosts_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    try:
+        seen = [proc.stdout.readline() for _ in range(2)]
+        assert all(line.endswith(b"UP\n") for line in seen), seen
+        _kill_daemon(2)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    text = (err + out).decode(errors="replace")
+    assert proc.returncode == 1, text
+    assert "PRTE has lost communication with a remote daemon" in text, text  # the report that ends with a NUL
+    assert b"\0" not in out + err, text
+    assert "mldist run: lost host hx2 (mpiexec lost its daemon there); stopping the other workers" in text, text
 
 
 def _revive_host(index: int) -> None:

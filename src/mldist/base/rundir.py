@@ -100,6 +100,17 @@ def run_dir_name(command: Sequence[str], when: datetime.datetime) -> str:
     return f"{run_name(command)}-{when:%Y%m%d-%H%M%S}"
 
 
+def runs_root() -> tuple[Path, str]:
+    """Where default run directories go, and how the user named it: ``MLDIST_RUNS_DIR``, else ``runs``.
+
+    Example:
+        >>> runs_root()[1] in ("MLDIST_RUNS_DIR", "runs")
+        True
+    """
+    chosen = os.environ.get("MLDIST_RUNS_DIR")
+    return (Path(chosen), "MLDIST_RUNS_DIR") if chosen else (Path(RUNS), "runs")
+
+
 def default_run_dir(command: Sequence[str], root: str | os.PathLike[str] | None = None) -> Path:
     """A run directory under ``root`` that does not exist yet: ``root/<name>-<time>`` (``-2``, ... if taken).
 
@@ -112,7 +123,7 @@ def default_run_dir(command: Sequence[str], root: str | os.PathLike[str] | None 
         >>> default_run_dir(["python", "train.py"], tempfile.mkdtemp()).name.startswith("train-")
         True
     """
-    root = root if root is not None else os.environ.get("MLDIST_RUNS_DIR") or RUNS
+    root = root if root is not None else runs_root()[0]
     base = Path(root) / run_dir_name(command, datetime.datetime.now())
     path, n = base, 1
     while path.exists():

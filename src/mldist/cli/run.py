@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ..errors import ConfigError
+from ..launch.config import CONNECT_TIMEOUT
 from ..launch.hosts import parse_hosts, read_hostfile, read_nodefile, this_host
 from ..placement.allocation import allocation
 from .common import Handler, add_command, command_after_dashes, count, seconds, step_range
@@ -63,6 +64,13 @@ def _add_horovodrun_flags(run: Any) -> None:
         metavar="IF",
         help="with -H/--hostfile: the interface or address/CIDR MPI uses between the hosts (e.g. ib0, 10.1.0.0/16)",
     )
+    run.add_argument(
+        "--connect-timeout",
+        type=seconds,
+        metavar="S",
+        help=f"with -H/--hostfile: seconds each host has to answer over ssh before the workers start "
+        f"(default {CONNECT_TIMEOUT:g}); one that does not is named",
+    )
     engine = run.add_mutually_exclusive_group()
     engine.add_argument("--gloo", action="store_true", help="horovodrun's flag: TensorFlow's RING engine")
     engine.add_argument("--mpi", action="store_true", help="horovodrun's flag: the MPI engine")
@@ -82,7 +90,6 @@ def _add_elastic_flags(run: Any) -> None:
     elastic.add_argument(
         "--elastic-timeout",
         type=seconds,
-        default=600.0,
         metavar="S",
         help="below --min-np, wait this long for hosts to answer again (default 600)",
     )
@@ -205,6 +212,8 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     nprocs = args.nprocs
     if args.hosts is not None and not args.hosts.strip(","):
         raise ConfigError(f"-H {args.hosts!r} names no host: give host:slots,... (e.g. node1:2,node2:2)")
+    if problem := unused_flag(args):
+        raise ConfigError(problem)
     hosts = read_hostfile(args.hostfile) if args.hostfile else parse_hosts(args.hosts) if args.hosts else ()
     if not hosts and args.host_discovery_script:
         hosts = _discovered(args)
@@ -218,6 +227,42 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     if nprocs is None and not hosts:
         raise ConfigError("say how many workers: mldist run -n 2 -- python train.py")
     return (slots if nprocs is None else nprocs), hosts, None
+
+
+def unused_flag(args: argparse.Namespace) -> str:
+    """The line refusing a flag that the rest of the command line leaves without effect ("" if none).
+
+    Args:
+        args: ``mldist run``'s parsed flags.
+
+    Example:
+        >>> unused_flag(argparse.Namespace(local=True, hosts="a:1,b:1", hostfile=None, host_discovery_script=None,
+        ...     slots_per_host=None, reset_limit=None, elastic_timeout=None, min_np=None, max_np=None,
+        ...     connect_timeout=None))[:54]
+        '--local keeps the workers on this node, but -H sends t'
+    """
+    listed = "-H" if args.hosts else "--hostfile" if args.hostfile else ""
+    other_hosts = listed or ("--host-discovery-script" if args.host_discovery_script else "")
+    if args.local and other_hosts:
+        return (
+            f"--local keeps the workers on this node, but {other_hosts} sends them to other hosts over ssh: "
+            "give one of the two"
+        )
+    if args.slots_per_host is not None and not args.host_discovery_script:
+        return (
+            f"--slots-per-host {args.slots_per_host} is the slots of hosts that --host-discovery-script lists "
+            "without them; without a script give the slots with each host (-H node1:2,node2:2) or -n"
+        )
+    elastic = args.min_np is not None or args.max_np is not None or args.host_discovery_script
+    for flag, value in (("--reset-limit", args.reset_limit), ("--elastic-timeout", args.elastic_timeout)):
+        if value is not None and not elastic:
+            return f"{flag} {value:g} is for an elastic run; add --min-np N (with -H or --hostfile), or drop {flag}"
+    if args.connect_timeout is not None and not other_hosts:
+        return (
+            f"--connect-timeout {args.connect_timeout:g} is the time other hosts have to answer over ssh; "
+            "give -H or --hostfile, or drop it"
+        )
+    return ""
 
 
 def _in_allocation(found: Any, nprocs: int | None) -> tuple[int, tuple[tuple[str, int], ...], Any]:
@@ -273,10 +318,13 @@ def _horovodrun_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ..base.rundir import default_run_dir, plot_wanted
+    from ..base import envvalues
+    from ..base.rundir import default_run_dir, prepare_run_dir, runs_root
     from ..launch.local import RunConfig, run
 
-    plot_wanted(os.environ)  # a bad MLDIST_PLOT stops here, not in every worker after TensorFlow's start
+    envvalues.check(os.environ)  # a bad MLDIST_* value of the workers stops here, before any worker starts
+    if not (args.no_run_dir or args.run_dir):  # the default's parent: named as the user gave it, not as --run-dir
+        prepare_run_dir(*runs_root())
     nprocs, hosts, found = _placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))
@@ -299,6 +347,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         env=_horovodrun_env(args),
         elastic=_elastic(args, nprocs, hosts),
         allocation=found,
+        connect_timeout=CONNECT_TIMEOUT if args.connect_timeout is None else args.connect_timeout,
     )
     return run(cfg)
 
@@ -315,7 +364,7 @@ def _elastic(args: argparse.Namespace, nprocs: int, hosts: tuple[tuple[str, int]
     return ElasticConfig(
         min_np=args.min_np or nprocs,
         max_np=args.max_np or (MAX_WORKERS if discovery else max(slots, nprocs)),
-        timeout=args.elastic_timeout,
+        timeout=600.0 if args.elastic_timeout is None else args.elastic_timeout,
         reset_limit=args.reset_limit,
         discovery=discovery,
         slots=args.slots_per_host or 1,
@@ -339,8 +388,12 @@ def _script(given: str) -> str:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
+    from ..base import envvalues
     from ..tools.report import build_report, format_report
 
     report = build_report(os.environ, with_tensorflow=not args.no_tensorflow)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else format_report(report))
+    envvalues.check(os.environ)  # the report shows everything; then a bad MLDIST_* value is one line, exit 2
+    if report.get("keras_backend_refused"):  # and a backend mldist run refuses, in run's words
+        raise ConfigError(report["keras_backend_refused"])
     return 0

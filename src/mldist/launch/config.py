@@ -19,9 +19,11 @@ from __future__ import annotations
 import os
 import re
 import resource
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..base import envvalues
 from ..errors import ConfigError, LaunchError
 from ..placement.allocation import Allocation
 from ..placement.engines import COMMUNICATIONS, Decision
@@ -35,6 +37,11 @@ HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
 #: A variable name of ``RunConfig.env``: what a shell and ``mpiexec -x`` accept.
 VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: Seconds a host of ``-H``/``--hostfile`` has to answer over ssh before the run starts (``--connect-timeout``).
+#: A test host answers (key exchange, login, ``true``) in 0.2-0.6 s on a busy 2-core machine, and cluster
+#: logins that wait on LDAP or a home directory take a few seconds: 10 s is ample for a host that is up and
+#: short for a user waiting on one that is not (mpiexec itself would wait for ever).
+CONNECT_TIMEOUT = 10.0
 #: Descriptors the launcher holds per worker (output pipes, FIFOs, ports while choosing), and for itself.
 _FDS_PER_WORKER, _FDS_BASE = 6, 64
 
@@ -115,6 +122,8 @@ class RunConfig:
             world on the others instead of ending the run; None for a fixed world.
         allocation: the batch allocation whose nodes ``hosts`` are (:mod:`mldist.placement.allocation`):
             the workers start through its scheduler's launcher (:mod:`mldist.launch.allocated`), not ssh.
+        connect_timeout: with ``hosts`` (not an allocation's), seconds each has to answer over ssh before
+            the workers start (``--connect-timeout``); one that does not is named and nothing starts.
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
@@ -142,6 +151,7 @@ class RunConfig:
     decision: Decision | None = None
     elastic: ElasticConfig | None = None
     allocation: Allocation | None = None
+    connect_timeout: float = CONNECT_TIMEOUT
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:
@@ -180,10 +190,45 @@ class RunConfig:
             raise ConfigError(
                 "-H/--hostfile: --log-dir and --cpu-bind are for one host; the run directory has the logs"
             )
+        if not 1 <= self.connect_timeout <= 3600:  # ssh counts whole seconds
+            raise ConfigError(f"--connect-timeout {self.connect_timeout:g}: give 1 to 3600 seconds")
+        if envvalues.TF_CONFIG.read(self.env) and (self.hosts or self.allocation is not None):
+            raise ConfigError(
+                "--tf-config: TF_CONFIG lists every worker's address, which the ranks on other hosts learn only "
+                "from MPI once started; drop --tf-config and call mldist.init() (or run on one host)"
+            )
+        if self.network == "private" and (self.hosts or self.allocation is not None):
+            raise ConfigError(
+                "--network private keeps workers on this host's loopback; with other hosts they must reach each "
+                "other: drop --network private (--network-interface names the network between the hosts)"
+            )
         if self.network_interface is not None and not (self.hosts and INTERFACE.fullmatch(self.network_interface)):
             raise ConfigError(
                 f"--network-interface {self.network_interface!r}: give an interface or address/CIDR "
                 "(e.g. ib0 or 10.1.0.0/16), with -H or --hostfile"
+            )
+
+    def check_backend(self, decision: Decision) -> None:
+        """Refuse what the decided Keras backend (``decision``) would leave unread.
+
+        ``--tf-config`` gives TF_CONFIG to tf.distribute's MultiWorkerMirroredStrategy; where Keras does not
+        run on TensorFlow (JAX) no strategy reads it and a model cannot go into one, so the run would train
+        one copy per worker.
+
+        Example:
+            >>> cfg = RunConfig(nprocs=2, command=("python",), env={"MLDIST_TF_CONFIG": "1"})
+            >>> cfg.check_backend(Decision("jax", backend="jax"))
+            Traceback (most recent call last):
+            ...
+            mldist.errors.ConfigError: --tf-config gives TF_CONFIG to TensorFlow's MultiWorkerMirroredStrategy, \
+but KERAS_BACKEND=jax: Keras on jax never reads it; drop --tf-config (mldist.init() or \
+keras.distribution.initialize() form the group), or set KERAS_BACKEND=tensorflow
+        """
+        if envvalues.TF_CONFIG.read(self.env) and not decision.traits.runs_tensorflow:
+            raise ConfigError(
+                "--tf-config gives TF_CONFIG to TensorFlow's MultiWorkerMirroredStrategy, but "
+                f"KERAS_BACKEND={decision.backend}: Keras on {decision.backend} never reads it; drop --tf-config "
+                "(mldist.init() or keras.distribution.initialize() form the group), or set KERAS_BACKEND=tensorflow"
             )
 
     def _check_elastic(self) -> None:
@@ -206,6 +251,32 @@ class RunConfig:
                 "--host-discovery-script: hosts join through the run directory (the workers read a flag there); "
                 "drop --no-run-dir"
             )
+
+
+def command_problem(program: str, path: str | None) -> str:
+    """Why the worker command ``program`` cannot start on this host ("" when it can).
+
+    Args:
+        program: the command's first word (a path, or a name looked up on ``path``).
+        path: the workers' ``PATH``.
+
+    Example:
+        >>> command_problem("/", None)
+        "cannot start '/': it is a directory; give the program or script in it (e.g. python /train.py)"
+        >>> command_problem("sh", "/bin:/usr/bin")
+        ''
+    """
+    if "/" not in program:
+        found = shutil.which(program, path=path)
+        return "" if found else f"cannot start {program!r}: no such program on PATH; give its path or install it"
+    if os.path.isdir(program):
+        example = os.path.join(program, "train.py")
+        return f"cannot start {program!r}: it is a directory; give the program or script in it (e.g. python {example})"
+    if not os.path.exists(program):
+        return f"cannot start {program!r}: no such file; check the path"
+    if not os.access(program, os.X_OK):
+        return f"cannot start {program!r}: it is not executable; chmod +x it, or name its interpreter (python ...)"
+    return ""
 
 
 def prepare_log_dir(path: str) -> None:

@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import os
 import re
-import shlex
 import subprocess
 import threading
 import time
@@ -38,6 +37,7 @@ from ..base import rejoin
 from ..base.files import atomic_write
 from ..errors import LaunchError
 from .config import ElasticConfig, RunConfig
+from .hosts import ssh_agent as _agent
 from .procs import ended_at, say
 
 Hosts = tuple[tuple[str, int], ...]
@@ -166,8 +166,7 @@ def ssh_agent(env: Mapping[str, str]) -> list[str]:
         >>> ssh_agent({"PRTE_MCA_plm_ssh_agent": "ssh -F /t/cfg"})[:3]
         ['ssh', '-F', '/t/cfg']
     """
-    agent = env.get("PRTE_MCA_plm_ssh_agent") or env.get("OMPI_MCA_plm_rsh_agent") or "ssh"
-    return [*shlex.split(agent.split(":")[0]), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+    return _agent(env, connect_timeout=5)
 
 
 def answering(

@@ -1,4 +1,5 @@
-"""Hosts for ``mldist run -H`` / ``--hostfile`` and ``horovod.run(hosts=)``: ``(host, slots)`` pairs.
+"""Hosts for ``mldist run -H`` / ``--hostfile`` and ``horovod.run(hosts=)``: ``(host, slots)`` pairs, and
+the check that each answers over mpiexec's ssh before the run starts (:func:`silent_hosts`).
 
 Example:
     >>> parse_hosts("node1:2,node2")
@@ -8,10 +9,15 @@ Example:
 from __future__ import annotations
 
 import re
+import shlex
 import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
 from ..placement.allocation import nodefile_hosts
+from .config import CONNECT_TIMEOUT
 
 _HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
 
@@ -23,11 +29,15 @@ def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
         >>> parse_hosts("node1:2,node2")
         (('node1', 2), ('node2', 1))
     """
-    out = []
-    for item in filter(None, text.split(",")):
+    out: list[tuple[str, int]] = []
+    for number, item in enumerate(text.split(","), 1):
+        if not item.strip():  # 'a,,b' or 'a,': a host left out by a slip, not a separator to skip
+            raise ConfigError(f"{flag} {text!r}: entry {number} is empty; write host:slots,... (e.g. node1:2,node2:2)")
         match = _HOST_SLOTS.fullmatch(item)
         if not match:
             raise ConfigError(f"{flag} {text!r}: write host:slots,... (e.g. node1:2,node2:2)")
+        if match.group(1) in {host for host, _ in out}:
+            raise ConfigError(f"{flag} {text!r} names {match.group(1)} twice; name each host once with all its slots")
         out.append((match.group(1), int(match.group(2) or 1)))
     if not out or sum(slots for _, slots in out) < 1:
         raise ConfigError(f"{flag} {text!r} gives no slots")
@@ -43,7 +53,7 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
         lines = open(path).read().splitlines()  # noqa: SIM115 - a small text file
     except OSError as exc:
         raise ConfigError(f"--hostfile {path!r}: {exc.strerror}") from None
-    items = []
+    items: list[tuple[str, int]] = []
     for number, line in enumerate(lines, 1):
         line = line.split("#", 1)[0].strip()
         if not line:
@@ -51,8 +61,13 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
         match = _HOSTFILE_LINE.fullmatch(line)
         if not match:
             raise ConfigError(f"--hostfile {path!r} line {number}: {line!r}; write 'host', 'host:2' or 'host slots=2'")
-        items.append(f"{match.group(1)}:{match.group(2) or 1}")
-    return parse_hosts(",".join(items), "--hostfile")
+        items.append((match.group(1), int(match.group(2) or 1)))
+    if not items:
+        raise ConfigError(f"--hostfile {path!r} names no host; write 'host', 'host:2' or 'host slots=2' lines")
+    slots: dict[str, int] = {}
+    for host, n in items:  # a host on several lines has their slots together, as in Open MPI's hostfiles
+        slots[host] = slots.get(host, 0) + n
+    return parse_hosts(",".join(f"{host}:{n}" for host, n in slots.items()), "--hostfile")
 
 
 def this_host() -> set[str]:
@@ -67,3 +82,89 @@ def read_nodefile(path: str) -> tuple[tuple[str, int], ...]:
     except OSError as exc:
         raise ConfigError(f"PBS node file {path!r}: {exc.strerror}; use --local") from None
     return nodefile_hosts(text)
+
+
+#: Seconds beyond ``--connect-timeout`` the whole check may take (a login that hangs after the handshake).
+_CHECK_SLACK = 2.0
+#: ssh's own words, and what they mean for the user: the first that matches ssh's last line wins.
+_SSH_SAYS = (
+    ("Could not resolve hostname", "the name does not resolve (not in /etc/hosts or DNS); check the spelling"),
+    ("Name or service not known", "the name does not resolve (not in /etc/hosts or DNS); check the spelling"),
+    ("Connection refused", "nothing listens for ssh there (is sshd running?)"),
+    ("Permission denied", "it refuses the login (a key-based login must work: ssh HOST true)"),
+    ("Host key verification failed", "its host key is unknown or changed (ssh HOST once to check it)"),
+    ("No route to host", "no route leads there (is it up, on this network?)"),
+)
+
+
+def ssh_agent(env: Mapping[str, str], connect_timeout: float) -> list[str]:
+    """The command mpiexec reaches the hosts with (Open MPI's ``plm_ssh_agent``), for a check of its own:
+    never a password prompt, and a bound on the connection and the handshake.
+
+    Example:
+        >>> ssh_agent({"PRTE_MCA_plm_ssh_agent": "ssh -F /t/cfg"}, 5)
+        ['ssh', '-F', '/t/cfg', '-o', 'BatchMode=yes', '-o', 'ConnectTimeout=5']
+    """
+    agent = env.get("PRTE_MCA_plm_ssh_agent") or env.get("OMPI_MCA_plm_rsh_agent") or "ssh"
+    wait = max(1, round(connect_timeout))  # ssh takes whole seconds
+    return [*shlex.split(agent.split(":")[0]), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={wait}"]
+
+
+def why_silent(host: str, said: str, timeout: float, timed_out: bool = False) -> str:
+    """The reason a host failed the check, in words, from ssh's stderr (``said``), its last line kept.
+
+    Example:
+        >>> why_silent("b", "ssh: Could not resolve hostname b: Name or service not known", 10)[:46]
+        'host b: the name does not resolve (not in /etc'
+        >>> why_silent("hx2", "", 3, timed_out=True)[:46]
+        'host hx2 does not answer over ssh within 3 s; '
+    """
+    last = next((line.strip() for line in reversed(said.splitlines()) if line.strip()), "")
+    if timed_out or "timed out" in last:
+        return (
+            f"host {host} does not answer over ssh within {timeout:g} s; check that it is up, or give it "
+            "longer (--connect-timeout)"
+        )
+    meaning = next((words for text, words in _SSH_SAYS if text in last), "ssh to it fails")
+    return f"host {host}: {meaning} ({last[:160] or 'ssh said nothing'})"
+
+
+def silent_hosts(hosts: Sequence[str], env: Mapping[str, str], timeout: float = CONNECT_TIMEOUT) -> dict[str, str]:
+    """The hosts that do not run ``true`` over mpiexec's ssh within ``timeout`` seconds, each with the reason
+    (:func:`why_silent`); asked in parallel, so the whole check takes about ``timeout`` at most.
+
+    ssh's ConnectTimeout bounds the connection and the handshake; the process's own timeout bounds the rest
+    (a login that hangs afterwards, on a home directory that does not answer).
+
+    Args:
+        hosts: the host names, as mpiexec will reach them (ssh resolves them, with its config's aliases).
+        env: the environment mpiexec gets (its ssh agent: ``PRTE_MCA_plm_ssh_agent``).
+        timeout: ``--connect-timeout``.
+
+    Example::
+
+        silent_hosts(["node1", "node2"], os.environ, 10)   # {} when both answer
+    """
+    agent = ssh_agent(env, timeout)
+
+    def ask(host: str) -> str:
+        try:
+            res = subprocess.run(
+                [*agent, host, "true"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=timeout + _CHECK_SLACK,
+                env=dict(env),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return why_silent(host, "", timeout, timed_out=True)
+        except OSError as exc:
+            return f"host {host}: ssh does not run ({agent[0]}: {exc.strerror}); set PRTE_MCA_plm_ssh_agent"
+        return "" if res.returncode == 0 else why_silent(host, res.stderr, timeout)
+
+    with ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
+        found = dict(zip(hosts, pool.map(ask, hosts), strict=True))
+    return {host: why for host, why in found.items() if why}

@@ -31,16 +31,16 @@ import uuid
 from collections.abc import Mapping
 
 from ..base import joined
-from ..errors import REFORM_CODE, REQUEUE_CODE, ConfigError
+from ..errors import REFORM_CODE, REQUEUE_CODE, ConfigError, LaunchError
 from ..placement import common, engines
 from ..placement.resources import thread_plan
 from . import elastic
-from .allocated import GROUPS, SRUN_STARTED
-from .config import MAX_WORKERS, NETWORKS, RunConfig, ensure_descriptors, prepare_log_dir
+from .allocated import GROUPS, SRUN_STARTED, NodefileGroup
+from .config import MAX_WORKERS, NETWORKS, RunConfig, command_problem, ensure_descriptors, prepare_log_dir
 from .groups import DirectGroup, Group
-from .mpiexec import MpiexecGroup, find_mpiexec
+from .mpiexec import MpiexecGroup, check_mpi_args, find_mpiexec
 from .procs import FORWARDED, STOPPING, cpu_sets, describe, exit_code, say, worker_env
-from .remote import RemoteGroup
+from .remote import LOST_HOST_CODE, RemoteGroup, answering_hosts
 from .rundir import Record
 
 #: The supervisor's names and, re-exported, those of config and procs that callers import from here.
@@ -122,6 +122,12 @@ def _round(cfg: RunConfig, group: Group, received: list[int], env: Mapping[str, 
     """
     watch = elastic.Watch(cfg, env, group.restart) if cfg.elastic is not None and cfg.elastic.discovery else None
     try:
+        if group.restart and cfg.elastic is None and _over_ssh(cfg):  # a restart: has a host gone meanwhile?
+            try:
+                answering_hosts(cfg, env)
+            except LaunchError as exc:
+                say(str(exc))
+                return LOST_HOST_CODE, str(exc), ""
         group.start()
         if watch is not None:
             watch.start()
@@ -188,7 +194,14 @@ def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Re
     ensure_descriptors(cfg.nprocs)
     env = inherited(cfg)
     decision, kind = launch_plan(cfg, env)
+    cfg.check_backend(decision)
+    if not cfg.hosts and (problem := command_problem(cfg.command[0], env.get("PATH"))):
+        raise LaunchError(problem)  # a directory, a script without +x: said before anything starts
+    if cfg.mpi_args and kind in (MpiexecGroup, RemoteGroup, NodefileGroup) and (found := find_mpiexec(env)):
+        check_mpi_args(found, cfg.mpi_args, env)
     cfg = dataclasses.replace(cfg, decision=decision)
+    if _over_ssh(cfg):  # before anything starts: mpiexec would wait for ever on a host that does not answer
+        cfg = answering_hosts(cfg, env)
     if cfg.elastic is not None:  # the workers' commits of this run, on each host (mldist.horovod.elastic)
         cfg = dataclasses.replace(cfg, env={**cfg.env, elastic.RUN_ENV: uuid.uuid4().hex[:16]})
         env = {**env, elastic.RUN_ENV: cfg.env[elastic.RUN_ENV]}
@@ -202,6 +215,11 @@ def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Re
         say(f"note: {strategy}")
     started_by = "mpiexec" if kind is MpiexecGroup else "direct"
     return cfg, env, kind, Record(cfg, started_by, env) if cfg.run_dir else None
+
+
+def _over_ssh(cfg: RunConfig) -> bool:
+    """Whether mpiexec reaches the hosts of ``cfg`` over ssh (``-H``, ``--hostfile``; not an allocation's)."""
+    return bool(cfg.hosts) and cfg.allocation is None
 
 
 def inherited(cfg: RunConfig) -> dict[str, str]:
@@ -240,7 +258,9 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
         return decision, GROUPS[cfg.allocation.scheduler]
     if cfg.hosts:  # mpiexec starts them whatever the engine: it is the only way onto the other hosts
         if isinstance(world := _world_to_form(cfg.nprocs, env), str):
-            raise ConfigError(f"-H/--hostfile starts the workers through Open MPI's mpiexec: {world}")
+            job = cfg.allocation
+            who = f"inside {job.scheduler} job {job.job_id}, mpiexec" if job is not None else "-H/--hostfile: mpiexec"
+            raise ConfigError(f"{who} starts the workers on the other hosts, but {world} (or --local: this node only)")
         return decision, GROUPS[cfg.allocation.scheduler] if cfg.allocation is not None else RemoteGroup
     return decision, MpiexecGroup if decision.mpi_world else DirectGroup
 

