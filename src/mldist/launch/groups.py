@@ -65,16 +65,22 @@ def pump(
     Without ``verbose``, TensorFlow's start-up notices (:data:`STARTUP_NOISE`) are left out.
     ``tee`` (the run directory's ``rank-R.log``) gets every line too, without the prefix.
     ``on_error`` is called for each ``mldist: error`` line (the worker's own last words got through).
+    When ``out``'s reader leaves (``mldist run ... | head``), the pump goes on reading, so that the
+    worker never blocks on a full pipe, and ``tee`` still gets every line.
     """
-    stream = source()
+    stream, reader_left = source(), False
     for line in iter(stream.readline, b""):
         if not verbose and STARTUP_NOISE.search(line):
             continue
         if on_error is not None and line.startswith(ERROR_LINE):
             on_error()
         with lock:
-            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
-            out.flush()
+            if not reader_left:
+                try:
+                    out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+                    out.flush()
+                except BrokenPipeError:
+                    reader_left = True  # nothing more to show; the run goes on and ends with its own code
             if tee is not None:
                 with contextlib.suppress(ValueError):  # closed by finish() while a straggler still writes
                     tee.write(line if line.endswith(b"\n") else line + b"\n")
