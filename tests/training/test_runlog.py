@@ -65,8 +65,10 @@ def test_mldist_plot_sets_the_default_and_is_checked(monkeypatch: pytest.MonkeyP
     assert RunLog().plot is False and RunLog(plot=True).plot is True
     monkeypatch.delenv("MLDIST_PLOT")
     assert RunLog().plot is True
-    monkeypatch.setenv("MLDIST_PLOT", "no")
-    with pytest.raises(ConfigError, match=r"MLDIST_PLOT='no': use 1 \(RunLog draws metrics.png\) or 0 \(no plot\)"):
+    monkeypatch.setenv("MLDIST_PLOT", "no")  # a yes/no like every MLDIST_* one
+    assert RunLog().plot is False
+    monkeypatch.setenv("MLDIST_PLOT", "maybe")
+    with pytest.raises(ConfigError, match=r"MLDIST_PLOT='maybe' is not yes or no: set it to 1, yes or true"):
         RunLog()
 
 
