@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Callable
@@ -9,6 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# A user's own choice of Keras in their shell (KERAS_BACKEND=jax in ~/.bashrc) would run every test on
+# it: each test that wants another backend or Keras 2 asks for it, in this process and in the ones it starts.
+for _choice in ("KERAS_BACKEND", "TF_USE_LEGACY_KERAS"):
+    os.environ.pop(_choice, None)
 
 # Failed asserts inside the helper modules show their values too, as in test modules.
 pytest.register_assert_rewrite("helpers", "harness")
