@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import ast
+import io
 import itertools
+import re
 import subprocess
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -412,3 +415,113 @@ def test_the_write_scan_finds_writes(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text('import os\nos.environ["A"] = "1"\nos.environ.update(B="2")\nx = os.environ.get("C")\n')
     assert _environ_writes(sample) == [2, 3]
+
+
+#: The one module that spells ``MLDIST_*`` names: the table of the launcher-worker contract.
+CONTRACT = SRC / "base" / "envvalues.py"
+#: TEMPORARY (issue 48): modules other parts of issue 48 are reworking at the same time. Each still
+#: spells some names; the lead removes its entry once they come from mldist.base.envvalues.
+NOT_YET_SWEPT = {
+    "base/joined.py",
+    "base/rejoin.py",
+    "launch/elastic/onhosts.py",
+    "launch/elastic/slurm.py",
+    "launch/groups.py",
+    "launch/remote.py",
+    "placement/detect.py",
+    "placement/engines.py",
+    "runtime/leave.py",
+    "runtime/startup.py",
+    "tools/report.py",
+}
+#: For good: the workers' start-up hook runs in every Python before it may import mldist, so it spells the
+#: names it reads (tests/runtime/test_envvalues.py checks they are the table's).
+SPELLS_ITS_OWN = {"runtime/hook/sitecustomize.py"}
+#: Where a string spells a variable: it starts with one (a key, ``NAME=value``), or, in the launcher's
+#: modules, the shell they generate uses one (``$NAME``, ``${NAME:-}``, ``export NAME``). Prose may mention
+#: names (``raise NAME if ...``), and so may the examples of ``--help``.
+_NAME_FIRST = re.compile(r"[rRbBuUfF]*('''|\"\"\"|'|\")MLDIST_[A-Z]")
+_IN_SHELL = re.compile(r"\$\{*MLDIST_[A-Z]|\bexport MLDIST_[A-Z]")
+
+
+def _string_tokens(source: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of each string literal, f-strings whole (Python 3.12 splits them into tokens)."""
+    found, lines, depth = [], source.splitlines(keepends=True), 0
+    start: tuple[int, int] = (0, 0)
+    fstring_start, fstring_end = getattr(tokenize, "FSTRING_START", -1), getattr(tokenize, "FSTRING_END", -1)
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING and not depth:
+            found.append((tok.start[0], tok.string))
+        elif tok.type == fstring_start:
+            start, depth = (start if depth else tok.start), depth + 1
+        elif tok.type == fstring_end:
+            depth -= 1
+            if not depth:
+                text = "".join(lines[start[0] - 1 : tok.end[0]])
+                found.append((start[0], text[start[1] : len(text) - len(lines[tok.end[0] - 1]) + tok.end[1]]))
+    return found
+
+
+def _docstring_lines(tree: ast.Module) -> set[int]:
+    nodes = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    return {
+        n.body[0].lineno
+        for n in nodes
+        if n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)
+    }
+
+
+def _spelled_names(path: Path, shell: bool = True) -> list[str]:
+    """``line: code`` of each place ``path`` spells an ``MLDIST_*`` variable in code (not in a docstring).
+
+    Args:
+        path: the module.
+        shell: also the names in shell text (``$NAME``, ``export NAME``): the launcher's modules write job scripts.
+    """
+    source = path.read_text()
+    tree = ast.parse(source)
+    docs = _docstring_lines(tree)
+    found = [
+        f"{line}: {text[:60]}"
+        for line, text in _string_tokens(source)
+        if line not in docs and (_NAME_FIRST.match(text) or (shell and _IN_SHELL.search(text)))
+    ]
+    keywords = [n for n in ast.walk(tree) if isinstance(n, ast.keyword) and (n.arg or "").startswith("MLDIST_")]
+    return found + [f"{n.value.lineno}: {n.arg}=" for n in keywords]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
+def test_only_the_contract_table_spells_mldist_variables(path: Path) -> None:
+    rel = path.relative_to(SRC).as_posix()
+    if path == CONTRACT or rel in NOT_YET_SWEPT | SPELLS_ITS_OWN:
+        return
+    found = _spelled_names(path, shell=rel.startswith("launch/"))
+    assert not found, (
+        f"{rel} spells MLDIST_* variables: {found}; take the name from the table "
+        "(mldist.base.envvalues: envvalues.RANK.name, envvalues.shell('$@JOB_DIR@') in generated shell), "
+        "or add the variable there"
+    )
+
+
+def test_the_not_yet_swept_modules_exist_and_still_spell_names() -> None:
+    """An entry whose module no longer spells a name (or is gone) is stale: remove it."""
+    stale = sorted(rel for rel in NOT_YET_SWEPT if not (SRC / rel).is_file() or not _spelled_names(SRC / rel))
+    assert not stale, f"remove {stale} from NOT_YET_SWEPT: they spell no MLDIST_* variable now"
+
+
+def test_the_contract_scan_finds_names(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Reads MLDIST_RANK (prose: fine)."""\n'
+        'env = {"MLDIST_RANK": "0"}\n'
+        'line = f"MLDIST_SIZE={n}"\n'
+        'env.update(MLDIST_WORKERS="h:1")\n'
+        "shell = 'mkdir -p \"$MLDIST_JOB_DIR\"'\n"
+        "ok = 'raise MLDIST_COLLECTIVE_TIMEOUT if it is too short'\n"
+        'x = ("a " "MLDIST_RESTART")\n'
+        "mark = f'[ -n \"${{MLDIST_MARK:-}}\" ] && exit {code}'\n"
+    )
+    assert [found.split(":")[0] for found in _spelled_names(sample)] == ["2", "3", "5", "7", "8", "4"]
+    assert [found.split(":")[0] for found in _spelled_names(sample, shell=False)] == ["2", "3", "7", "4"]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import os
+import re
 
 import pytest
 
 from helpers import ROOT
-from mldist.base import envvalues
+from mldist.base import envparse, envvalues
 from mldist.base.joined import required, with_hook
 from mldist.base.rundir import plot_wanted
 from mldist.errors import ConfigError
@@ -68,3 +70,49 @@ def test_the_start_up_hook_spells_the_same_no_words() -> None:
     assigned = {ast.unparse(n.targets[0]): n.value for n in tree.body if isinstance(n, ast.Assign)}
     words = ast.literal_eval(assigned["_OFF"])
     assert words == envvalues.FALSE
+
+
+def test_the_table_names_each_variable_once_after_its_entry() -> None:
+    entries = {attr: value for attr, value in vars(envvalues).items() if isinstance(value, envvalues.Setting)}
+    assert set(envvalues.ALL) == set(entries.values()) and len(envvalues.ALL) == len(entries)
+    assert {attr: s.name for attr, s in entries.items()} == {attr: f"MLDIST_{attr}" for attr in entries}
+    assert set(envvalues.WORKER_SETTINGS) <= set(envvalues.ALL)
+
+
+@pytest.mark.parametrize("setting", envvalues.ALL, ids=lambda s: s.name)
+def test_every_entry_says_what_it_does_who_sets_it_and_what_it_takes(setting: envvalues.Setting[object]) -> None:
+    assert setting.doc and "\n" not in setting.doc and len(setting.doc) <= 160  # one table row
+    assert setting.by and set(setting.by) <= {envparse.USER, envparse.LAUNCHER, envparse.BATCH, envparse.WORKER}
+    assert setting.kind
+    assert setting.read({}) == setting.default  # unset: the default, never an error
+
+
+def test_every_variable_the_readme_names_is_in_the_table() -> None:
+    named = set(re.findall(r"MLDIST_[A-Z0-9_]*[A-Z0-9]\b(?!_)", (ROOT / "README.md").read_text()))
+    named -= {"MLDIST_UPDATE_GOLDEN"}  # the test suite's own switch, not a setting of mldist
+    assert named and named <= {s.name for s in envvalues.ALL}
+
+
+def test_launchers_read_their_values_back_through_the_table() -> None:
+    """What mldist run writes for a worker is what the table reads (a launcher-worker round trip)."""
+    from mldist.launch.config import RunConfig
+    from mldist.launch.procs import worker_env
+
+    env = worker_env({}, RunConfig(nprocs=3, command=("python",)), 2, ["h:1", "h:2", "h:3"], "r9", restart=4)
+    read = [s.read(env) for s in (envvalues.RANK, envvalues.SIZE, envvalues.RESTART, envvalues.RUN_ID)]
+    assert read == [2, 3, 4, "r9"]
+    assert envvalues.LAUNCHER_PID.read(env) == os.getpid() and envvalues.WORKERS.read(env) == "h:1,h:2,h:3"
+
+
+def test_generated_shell_spells_names_from_the_table() -> None:
+    assert envvalues.shell('"$@JOB_DIR@/a" ${w[@]+"${w[@]}"} "$@"') == '"$MLDIST_JOB_DIR/a" ${w[@]+"${w[@]}"} "$@"'
+    with pytest.raises(KeyError, match="JOB_DIRS"):
+        envvalues.shell("$@JOB_DIRS@")
+
+
+def test_the_start_up_hook_reads_only_variables_of_the_table() -> None:
+    """The hook spells the names it reads (it may not import mldist before it knows it is a worker)."""
+    tree = ast.parse((ROOT / "src" / "mldist" / "runtime" / "hook" / "sitecustomize.py").read_text())
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    spelled = {s for s in strings if re.fullmatch(r"MLDIST_[A-Z0-9_]+", s)}
+    assert spelled and spelled <= {s.name for s in envvalues.ALL}

@@ -1,178 +1,227 @@
-"""The values of mldist's own environment variables: each read one way, a bad one refused in one line.
+"""The launcher-worker contract: every ``MLDIST_*`` variable mldist reads or writes, in one table.
 
-Every ``MLDIST_*`` value that the launcher, the start-up hook and the workers read as a yes/no,
-a count or seconds is one :class:`Setting` here: its name, its default, its parser and what it
-accepts. ``Setting.read`` gives the value; a value the parser refuses raises one
-:class:`~mldist.errors.ConfigError` line that names the variable, the value and the fix. An
-empty or blank value counts as unset (``export MLDIST_PLOT=`` in a batch script). A yes/no is
-read one way everywhere: ``1``, ``yes``, ``true`` or ``0``, ``no``, ``false``, in any case.
+Each variable is one :class:`~mldist.base.envparse.Setting` here: its name, its default, its parser,
+what it accepts, a one-line doc and who sets it (you, ``mldist run`` for its workers, the job script
+of ``mldist submit``). Launchers write the names from this table (``{envvalues.RANK.name: "0"}``),
+workers read through it (``envvalues.RESTART.read(env)``): no other module spells an ``MLDIST_*``
+name (tests/test_layout.py scans for one). ``Setting.read`` gives the value; a value the parser
+refuses raises one :class:`~mldist.errors.ConfigError` line that names the variable, the value and
+the fix. An empty or blank value counts as unset (``export MLDIST_PLOT=`` in a batch script).
 
-:data:`WORKER_SETTINGS` lists the ones the workers read, so that ``mldist run`` can refuse a bad
-one before it starts any worker (:func:`check`), ``mldist.init()`` in a worker started some other
-way (a bare ``mpirun``, ``srun``) refuses it before any side effect, and ``mldist env`` names it.
-This module is the seed of one table of the launcher-worker contract: the other ``MLDIST_*``
-names (ranks, run directory, engine) are still spelled where they are read.
+:data:`WORKER_SETTINGS` lists the ones the workers read as a yes/no, a count or seconds, so that
+``mldist run`` can refuse a bad one before it starts any worker (:func:`check`), ``mldist.init()``
+in a worker started some other way (a bare ``mpirun``, ``srun``) refuses it before any side effect,
+and ``mldist env`` names it. :data:`ALL` is the whole table.
 
 Example:
     >>> REQUIRE_GROUP.read({"MLDIST_REQUIRE_GROUP": "Yes"}), PLOT.read({}), COLLECTIVE_TIMEOUT.read({})
     (True, True, 600.0)
     >>> problems({"MLDIST_PORT_BASE": "70000"})
     ["MLDIST_PORT_BASE='70000' is not a port from 1024 to 53535: set it to one (default 20000), or unset it"]
+    >>> RESTART.read({}), RANK.by, RUN_DIR.name
+    (0, ('launcher',), 'MLDIST_RUN_DIR')
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ConfigError
+from .envparse import BATCH, LAUNCHER, USER, WORKER, Setting, count, flag, given, seconds, whole
+from .envparse import FALSE as FALSE  # the words of a no: the start-up hook spells them too
+from .envparse import TRUE as TRUE
 
-T = TypeVar("T")
-#: The words of a yes and of a no, compared after ``strip().lower()``. The start-up hook spells
-#: the no words itself (it may not import mldist to read them); a test keeps the two alike.
-TRUE = ("1", "yes", "true")
-FALSE = ("0", "no", "false")
-_WHOLE = re.compile(r"[0-9]{1,12}")
-_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]*)?|\.[0-9]+")
+#: The prefix of every name here (what a launcher forwards to remote ranks, what ``mldist env`` lists).
+PREFIX = "MLDIST_"
+_RUN = (USER, LAUNCHER)
 
-
-@dataclass(frozen=True)
-class Setting(Generic[T]):
-    """One environment variable: its name, its value when unset, and how its text becomes a value.
-
-    Args:
-        name: the variable.
-        default: the value when it is unset or blank.
-        parse: the stripped text -> the value, or None when the text is not one.
-        says: what follows ``NAME='text' `` in the error: what it accepts and the fix.
-    """
-
-    name: str
-    default: T
-    parse: Callable[[str], T | None]
-    says: str
-
-    def read(self, env: Mapping[str, str]) -> T:
-        """The value in ``env``; ConfigError (one line) when its text is not one.
-
-        Example:
-            >>> GLOO_IDLE.read({"MLDIST_GLOO_IDLE": " FALSE "})
-            False
-        """
-        raw = env.get(self.name, "")
-        if not raw.strip():
-            return self.default
-        value = self.parse(raw.strip())
-        if value is None:
-            raise ConfigError(f"{self.name}={raw!r} {self.says}")
-        return value
-
-
-def yes_no(text: str) -> bool | None:
-    """``text`` as a yes (True) or a no (False), in any case; None when it is neither.
-
-    Example:
-        >>> yes_no("TRUE"), yes_no("no"), yes_no("on")
-        (True, False, None)
-    """
-    word = text.strip().lower()
-    return True if word in TRUE else False if word in FALSE else None
-
-
-def whole(low: int, high: int | None = None) -> Callable[[str], int | None]:
-    """A parser of decimal whole numbers from ``low`` to ``high`` (None: no upper bound).
-
-    Example:
-        >>> whole(1, 8)("4"), whole(1, 8)("9"), whole(1)("-3"), whole(1)("２")
-        (4, None, None, None)
-    """
-
-    def parse(text: str) -> int | None:
-        if _WHOLE.fullmatch(text) is None:
-            return None
-        number = int(text)
-        return number if low <= number and (high is None or number <= high) else None
-
-    return parse
-
-
-def seconds(text: str) -> float | None:
-    """``text`` as a finite number of seconds, 0 or more (``2.5``; no sign, exponent, ``inf`` or ``nan``).
-
-    Example:
-        >>> seconds("2.5"), seconds("-1"), seconds("inf"), seconds("1_0")
-        (2.5, None, None, None)
-    """
-    if _DECIMAL.fullmatch(text) is None:
-        return None
-    value = float(text)
-    return value if math.isfinite(value) else None
-
-
-def flag(name: str, default: bool, on: str, off: str) -> Setting[bool]:
-    """A yes/no variable; ``on`` and ``off`` say what each means, for the error line.
-
-    Example:
-        >>> flag("MLDIST_X", False, "x on", "x off").says[:42]
-        'is not yes or no: set it to 1, yes or true'
-    """
-    says = f"is not yes or no: set it to 1, yes or true ({on}), or to 0, no or false ({off})"
-    return Setting(name, default, yes_no, says)
-
-
-#: ``RunLog`` draws metrics.png on rank 0 when the script does not say (matplotlib: about a second).
-PLOT = flag("MLDIST_PLOT", True, "RunLog draws metrics.png", "no plot")
-#: A group never formed fails the run (``mldist run --require-group``).
-REQUIRE_GROUP = flag("MLDIST_REQUIRE_GROUP", False, "a run whose workers never formed a group fails", "it is a note")
-#: The start-up hook in the workers (:mod:`mldist.runtime.hook`).
-HOOK = flag("MLDIST_HOOK", True, "the start-up hook runs in the workers", "no hook")
-#: Each worker gets ``TF_CONFIG`` (``mldist run --tf-config``).
-TF_CONFIG = flag("MLDIST_TF_CONFIG", False, "each worker gets TF_CONFIG", "no TF_CONFIG")
-#: mldist moves JAX's Gloo event-loop thread to ``SCHED_IDLE``.
-GLOO_IDLE = flag("MLDIST_GLOO_IDLE", True, "Gloo's loop thread runs at idle priority", "left at normal priority")
-#: The remote shim of ``mldist run -H`` passes TensorFlow's start-up notices on (``--verbose``).
-VERBOSE = flag("MLDIST_VERBOSE", False, "start-up notices shown", "hidden")
-
-#: Seconds a collective may take before the stalled-collective watch ends the job (0: no watch).
+# What you set (or mldist run's flags set for you), read as yes/no, counts and seconds.
+PLOT = flag(
+    "MLDIST_PLOT",
+    True,
+    on="RunLog draws metrics.png",
+    off="no plot",
+    doc="`0`: RunLog draws no metrics.png on rank 0 when the script does not say (matplotlib: about a second)",
+)
+REQUIRE_GROUP = flag(
+    "MLDIST_REQUIRE_GROUP",
+    False,
+    on="a run whose workers never formed a group fails",
+    off="it is a note",
+    doc="`1` (`--require-group`): a run whose workers never formed a group exits 1",
+    by=_RUN,
+)
+HOOK = flag(
+    "MLDIST_HOOK",
+    True,
+    on="the start-up hook runs in the workers",
+    off="no hook",
+    doc="`0`: no start-up hook in the workers (no never-formed line; batch ranks then get no Keras variables)",
+)
+GROUP_NOTE = flag(
+    "MLDIST_GROUP_NOTE",
+    True,
+    on="each worker notes at exit whether it joined a group",
+    off="no note, no never-formed line",
+    doc="`0`: the hook leaves no note on whether each worker joined a group (no never-formed line); the variables stay",
+)
+TF_CONFIG = flag(
+    "MLDIST_TF_CONFIG",
+    False,
+    on="each worker gets TF_CONFIG",
+    off="no TF_CONFIG",
+    doc="`1` (`--tf-config`): each worker gets `TF_CONFIG`",
+    by=(USER, LAUNCHER, BATCH),
+)
+GLOO_IDLE = flag(
+    "MLDIST_GLOO_IDLE",
+    True,
+    on="Gloo's loop thread runs at idle priority",
+    off="left at normal priority",
+    doc="`0`: leave JAX's Gloo event-loop thread at normal priority (mldist moves it to `SCHED_IDLE`)",
+)
+VERBOSE = flag(
+    "MLDIST_VERBOSE",
+    False,
+    on="start-up notices shown",
+    off="hidden",
+    doc="`1` (`--verbose`): the remote shim of `mldist run -H` passes TensorFlow's start-up notices on",
+    by=(LAUNCHER,),
+)
 COLLECTIVE_TIMEOUT: Setting[float] = Setting(
     "MLDIST_COLLECTIVE_TIMEOUT",
     600.0,
     seconds,
     "is not a number of seconds: set it to e.g. 600 (the default), or 0 to turn the stalled-collective watch off",
+    "seconds a collective may take before the rank ends with one line (default 600, `0` off)",
+    kind="seconds",
 )
 #: Ports are handed out from [base, base + PORT_SPAN), below Linux's ephemeral range (32768).
 PORT_SPAN = 12000
 DEFAULT_PORT_BASE = 20000
-#: The first port of the range mldist hands out.
 PORT_BASE: Setting[int] = Setting(
     "MLDIST_PORT_BASE",
     DEFAULT_PORT_BASE,
     whole(1024, 65535 - PORT_SPAN),
     f"is not a port from 1024 to {65535 - PORT_SPAN}: set it to one (default {DEFAULT_PORT_BASE}), or unset it",
+    f"first port of the {PORT_SPAN}-port range mldist uses (default {DEFAULT_PORT_BASE})",
+    kind="port",
 )
-#: The CPUs this rank owns, when no affinity mask or ``SLURM_CPUS_PER_TASK`` says so.
 CPUS_PER_TASK: Setting[int | None] = Setting(
     "MLDIST_CPUS_PER_TASK",
     None,
     whole(1),
     "is not a CPU count: set it to a whole number of 1 or more (e.g. 4), or unset it to use this rank's CPUs",
+    "CPUs this rank owns, when no affinity mask or `SLURM_CPUS_PER_TASK` says so",
+    (USER, BATCH),
+    "whole number",
 )
 
 
-def _thread_count(name: str) -> Setting[int | None]:
+def _thread_count(name: str, pool: str) -> Setting[int | None]:
     says = (
         f"is not a thread count: give a whole number of 1 or more (e.g. {name}=4), "
         "or leave it unset for the plan from this rank's CPUs"
     )
-    return Setting(name, None, whole(1), says)
+    doc = f"TensorFlow's {pool} thread pool, over the plan (`init({pool}=)` wins over it)"
+    return Setting(name, None, whole(1), says, doc, kind="whole number")
 
 
-#: TensorFlow's thread pools, over the plan from the CPUs (an ``init`` argument wins over them).
-INTRA_OP = _thread_count("MLDIST_INTRA_OP")
-INTER_OP = _thread_count("MLDIST_INTER_OP")
+INTRA_OP = _thread_count("MLDIST_INTRA_OP", "intra_op")
+INTER_OP = _thread_count("MLDIST_INTER_OP", "inter_op")
+
+# What you set, taken as it is.
+COMMUNICATION = given(
+    "MLDIST_COMMUNICATION",
+    "`auto` (NCCL on GPUs, MPI on CPUs when mpi4py's world matches the launcher, else RING), `mpi`, `ring` or `nccl`",
+    _RUN,
+    "auto, mpi, ring or nccl",
+)
+WORKERS = given("MLDIST_WORKERS", "`host:port,...` of every rank, overriding discovery", _RUN, "host:port list")
+HOST = given("MLDIST_HOST", "the name peers use to reach this rank (e.g. a high-speed interface's host name)", (USER,))
+PROFILE_STEPS = given(
+    "MLDIST_PROFILE_STEPS", "`A:B` (`--profile-steps`): a timeline of those steps on every rank", _RUN, "A:B"
+)
+PROGRESS_DIR = given(
+    "MLDIST_PROGRESS_DIR",
+    "where ranks publish their progress for stall lines and `mldist stacks` (default: the run directory's "
+    "`progress/`, else this node's temporary directory)",
+    (USER,),
+    "path",
+)
+RUN_DIR = given(
+    "MLDIST_RUN_DIR", "the run directory (config.json, rank-R.log, summary.json)", (USER, LAUNCHER, BATCH), "path"
+)
+RUNS_DIR = given(
+    "MLDIST_RUNS_DIR", "where run directories go when no `--run-dir` names one (default `runs`)", (USER,), "path"
+)
+TRACE_DIR = given(
+    "MLDIST_TRACE_DIR", "where timelines go (default: the run directory's `trace/`, else `./trace`)", (USER,), "path"
+)
+ELASTIC_DIR = given(
+    "MLDIST_ELASTIC_DIR", "where `elastic.run` keeps its state (default: the run directory)", (USER,), "path"
+)
+COMMITS_DIR = given(
+    "MLDIST_COMMITS_DIR", "a folder for the workers' in-memory commits other than /dev/shm", (USER,), "path"
+)
+DATA_DIR = given("MLDIST_DATA_DIR", "the data cache (after `--cache`; default `~/.cache/mldist/data`)", (USER,), "path")
+STATE_DIR = given(
+    "MLDIST_STATE_DIR", "where `mldist submit` indexes its jobs (default `$XDG_STATE_HOME/mldist`)", (USER,), "path"
+)
+MPIEXEC = given(
+    "MLDIST_MPIEXEC",
+    "the mpiexec `mldist run` starts (default: the one beside Python, else on PATH)",
+    (USER,),
+    "program",
+)
+
+# What mldist run sets for each worker (and what its shims read back).
+RANK = count("MLDIST_RANK", "this worker's rank")
+SIZE = count("MLDIST_SIZE", "how many workers the run has (Cobalt's aprun gets it with `-e`)", (LAUNCHER, BATCH), 1)
+LOCAL_RANK = count("MLDIST_LOCAL_RANK", "this worker's rank among those on its host")
+LOCAL_SIZE = count("MLDIST_LOCAL_SIZE", "how many workers run on this worker's host", (LAUNCHER, BATCH), 1)
+NODE_RANK = count("MLDIST_NODE_RANK", "the number of this worker's host among the run's hosts")
+RESTART: Setting[int] = Setting(
+    "MLDIST_RESTART",
+    0,
+    whole(0),
+    "is not a whole number of 0 or more",
+    "how many times the group was restarted (0: the first start)",
+    (LAUNCHER,),
+    "whole number",
+)
+LAUNCHER_PID = count("MLDIST_LAUNCHER_PID", "the launcher's pid: a worker whose launcher died stops", low=1)
+RUN_ID = given("MLDIST_RUN_ID", "identifies this run (ports, records)")
+ENGINE = given("MLDIST_ENGINE", "the engine `mldist run` decided for its workers")
+DECISION = given(
+    "MLDIST_DECISION",
+    "the whole decision of `mldist run` (engine, backend, reasons, the facts it rests on): its workers take it",
+    kind="JSON",
+)
+NOTES = given("MLDIST_NOTES", "the launcher's folder where a worker leaves its last line", kind="path")
+COORDINATOR = given(
+    "MLDIST_COORDINATOR",
+    "rank 0's `host:port` where the launcher knows no other rank's (`mldist run -H`)",
+    kind="host:port",
+)
+CPU_BIND = given("MLDIST_CPU_BIND", "`none` (the workers share the launcher's CPU mask) or `cores` (each has its own)")
+CPU_SETS = given("MLDIST_CPU_SETS", "each rank's CPUs under mpiexec with `--cpu-bind cores`, as `0,1;2,3`")
+LOG_DIR = given("MLDIST_LOG_DIR", "the folder of each rank's `rank-R.log` (`--log-dir`) under mpiexec", kind="path")
+ELASTIC_ID = given("MLDIST_ELASTIC_ID", "the elastic run's id (`--min-np`, `--host-discovery-script`)")
+HOOK_SKIP = given(
+    "MLDIST_HOOK_SKIP", "set for mldist's own per-rank shims: the start-up hook is for the worker they start"
+)
+HOOK_PID = given("MLDIST_HOOK_PID", "the worker's own pid, for the Python processes it starts in turn", (WORKER,))
+
+# What the job script of mldist submit sets for its ranks.
+JOB_DIR = given("MLDIST_JOB_DIR", "the job's folder: rank logs, `run/`, the environment record", (BATCH,), "path")
+JOB_ID = given("MLDIST_JOB_ID", "the scheduler's id of the job", (BATCH,))
+ATTEMPT = count("MLDIST_ATTEMPT", "how many times the job was requeued (0: the first attempt)", (BATCH,))
+REQUEUE_MARK = given("MLDIST_REQUEUE_MARK", "a rank that wants the job requeued leaves `MARK.rank-R`", (BATCH,), "path")
+ARRAY_INDEX = count("MLDIST_ARRAY_INDEX", "an array task's index (`{array_index}`)", (BATCH,))
+CORES_PER_TASK = count("MLDIST_CORES_PER_TASK", "physical cores per rank, measured in the job", (BATCH,), 1)
 
 #: What the workers (and their start-up hook) read: checked before ``mldist run`` starts one, and by
 #: ``mldist.init()`` before any side effect.
@@ -185,10 +234,14 @@ WORKER_SETTINGS: tuple[Setting[Any], ...] = (
     REQUIRE_GROUP,
     PLOT,
     HOOK,
+    GROUP_NOTE,
     TF_CONFIG,
     GLOO_IDLE,
     VERBOSE,
 )
+#: The whole contract, every variable once, in the order above.
+ALL: tuple[Setting[Any], ...] = tuple(v for v in globals().values() if isinstance(v, Setting))
+_PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 
 
 def problems(env: Mapping[str, str]) -> list[str]:
@@ -218,3 +271,17 @@ def check(env: Mapping[str, str]) -> None:
     found = problems(env)
     if found:
         raise ConfigError(found[0])
+
+
+def shell(template: str) -> str:
+    """Generated shell with each ``@NAME@`` spelled as the table's variable ``MLDIST_NAME``.
+
+    The job scripts take the names from the table this way; a NAME that is not in it is a KeyError
+    as soon as the module that writes the shell is imported.
+
+    Example:
+        >>> shell('mkdir -p "$@JOB_DIR@" && echo "${@ATTEMPT@:-0}" "$@"')
+        'mkdir -p "$MLDIST_JOB_DIR" && echo "${MLDIST_ATTEMPT:-0}" "$@"'
+    """
+    names = {setting.name[len(PREFIX) :]: setting.name for setting in ALL}
+    return _PLACEHOLDER.sub(lambda found: names[found.group(1)], template)

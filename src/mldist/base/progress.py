@@ -36,8 +36,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import envvalues
+
 #: The variable that names the folder; ``mldist run`` sets it for its workers.
-FOLDER_ENV = "MLDIST_PROGRESS_DIR"
+FOLDER_ENV = envvalues.PROGRESS_DIR.name
 #: How often a rank writes its record (seconds), in a job of up to :data:`RANKS_PER_SECOND` ranks.
 PUBLISH_SECONDS = 1.0
 #: Larger jobs write less often, so that a shared file system sees about this many records a second.
@@ -106,8 +108,8 @@ def folder(env: Mapping[str, str]) -> Path | None:
     """
     if env.get(FOLDER_ENV):
         return Path(env[FOLDER_ENV])
-    if env.get("MLDIST_RUN_DIR"):
-        return Path(env["MLDIST_RUN_DIR"]) / "progress"
+    if env.get(envvalues.RUN_DIR.name):
+        return Path(env[envvalues.RUN_DIR.name]) / "progress"
     name = next((name for name in JOB_KEYS if env.get(name)), None)
     if name is None:
         return None
@@ -124,7 +126,7 @@ def temporary(env: Mapping[str, str]) -> bool:
         >>> temporary({"SLURM_JOB_ID": "7"}), temporary({"MLDIST_RUN_DIR": "/r", "SLURM_JOB_ID": "7"})
         (True, False)
     """
-    return not env.get(FOLDER_ENV) and not env.get("MLDIST_RUN_DIR") and folder(env) is not None
+    return not env.get(FOLDER_ENV) and not env.get(envvalues.RUN_DIR.name) and folder(env) is not None
 
 
 def forget(where: Path, rank: int) -> None:

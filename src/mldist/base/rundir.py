@@ -31,7 +31,7 @@ from . import envvalues
 from .files import atomic_write, make_dirs
 
 #: The variable that tells every worker where the run directory is.
-RUN_DIR_ENV = "MLDIST_RUN_DIR"
+RUN_DIR_ENV = envvalues.RUN_DIR.name
 #: Where default run directories go, relative to the working directory.
 RUNS = "runs"
 #: The report each worker writes (``mldist.keras.RunLog``) and the summary merges.
@@ -107,8 +107,8 @@ def runs_root() -> tuple[Path, str]:
         >>> runs_root()[1] in ("MLDIST_RUNS_DIR", "runs")
         True
     """
-    chosen = os.environ.get("MLDIST_RUNS_DIR")
-    return (Path(chosen), "MLDIST_RUNS_DIR") if chosen else (Path(RUNS), "runs")
+    chosen = os.environ.get(envvalues.RUNS_DIR.name)
+    return (Path(chosen), envvalues.RUNS_DIR.name) if chosen else (Path(RUNS), "runs")
 
 
 def default_run_dir(command: Sequence[str], root: str | os.PathLike[str] | None = None) -> Path:

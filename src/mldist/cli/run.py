@@ -14,6 +14,7 @@ import shlex
 import sys
 from typing import Any
 
+from ..base import envvalues
 from ..errors import ConfigError
 from ..launch.config import CONNECT_TIMEOUT
 from ..launch.hosts import parse_hosts, read_hostfile, read_nodefile, this_host
@@ -128,7 +129,7 @@ def _add_output_flags(run: Any) -> None:
     run.add_argument(
         "--profile-steps",
         type=step_range,
-        default=os.environ.get("MLDIST_PROFILE_STEPS") or None,
+        default=os.environ.get(envvalues.PROFILE_STEPS.name) or None,
         metavar="A:B",
         help="record a timeline of train steps A..B on every rank: trace/rank-R and trace/merged.trace.json.gz",
     )
@@ -183,7 +184,7 @@ def register(sub: Any) -> dict[str, Handler]:
     run.add_argument(
         "--communication",
         choices=("auto", "mpi", "ring", "nccl"),
-        default=os.environ.get("MLDIST_COMMUNICATION", "auto"),
+        default=os.environ.get(envvalues.COMMUNICATION.name, "auto"),
         help="collective engine: auto (MPI on CPUs through mpiexec when available, NCCL on GPUs, else RING)",
     )
     run.add_argument(
@@ -304,9 +305,9 @@ def _horovodrun_env(args: argparse.Namespace) -> dict[str, str]:
     the workers read (``RunConfig.env``)."""
     env = {}
     if args.tf_config:
-        env["MLDIST_TF_CONFIG"] = "1"
+        env[envvalues.TF_CONFIG.name] = "1"
     if args.require_group:
-        env["MLDIST_REQUIRE_GROUP"] = "1"
+        env[envvalues.REQUIRE_GROUP.name] = "1"
     if args.timeline_filename:
         env["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.log_level:

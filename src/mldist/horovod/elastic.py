@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..base import rejoin
+from ..base import envvalues, rejoin
 from ..base.files import atomic_write
 from ..checkpoint import commits
 from ..errors import REFORM_CODE
@@ -72,7 +72,7 @@ def state_path(env: dict[str, str] | None = None, number: int = 1) -> Path:
     """
     env = dict(os.environ) if env is None else env
     name = STATE_FILE if number == 1 else STATE_FILE.replace(".pkl", f"-{number}.pkl")
-    return Path(env.get("MLDIST_ELASTIC_DIR") or env.get("MLDIST_RUN_DIR") or ".") / name
+    return Path(env.get(envvalues.ELASTIC_DIR.name) or env.get(envvalues.RUN_DIR.name) or ".") / name
 
 
 def restarted(env: dict[str, str] | None = None) -> bool:
@@ -83,7 +83,7 @@ def restarted(env: dict[str, str] | None = None) -> bool:
         (True, False)
     """
     env = dict(os.environ) if env is None else env
-    counts = (env.get("MLDIST_RESTART", ""), env.get("SLURM_RESTART_COUNT", ""))
+    counts = (env.get(envvalues.RESTART.name, ""), env.get("SLURM_RESTART_COUNT", ""))
     return any(c.isdigit() and int(c) > 0 for c in counts)
 
 

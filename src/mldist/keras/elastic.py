@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import runtime
-from ..base import rejoin
+from ..base import envvalues, rejoin
 from ..checkpoint import commits
 from ..errors import REFORM_CODE
 from .callbacks import scale_lr
@@ -62,7 +62,7 @@ class Elastic(Checkpoint):
         keep: int = 2,
         check_every: int = 10,
     ) -> None:
-        run_dir = os.environ.get("MLDIST_RUN_DIR")
+        run_dir = os.environ.get(envvalues.RUN_DIR.name)
         where = directory if directory is not None else Path(run_dir) / "elastic" if run_dir else "elastic"
         super().__init__(where, save_freq=commit_every, keep=keep, final_model=None, check_every=check_every)
         scale_lr(1.0, rule, size=1)  # a wrong rule fails here, not after the first loss

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from ..base import joined
+from ..base import envvalues, joined
 from ..base.procs import die_with_parent, free_ports
 from ..errors import ConfigError, LaunchError
 from .config import command_problem
@@ -34,12 +34,9 @@ from .procs import binding_env, run_env
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
 _STALE = (
     "TF_CONFIG",
-    "MLDIST_RANK",
-    "MLDIST_SIZE",
-    "MLDIST_LOCAL_RANK",
-    "MLDIST_LOCAL_SIZE",
-    "MLDIST_WORKERS",
-    "MLDIST_RUN_DIR",
+    *(v.name for v in (envvalues.RANK, envvalues.SIZE, envvalues.LOCAL_RANK, envvalues.LOCAL_SIZE)),
+    envvalues.WORKERS.name,
+    envvalues.RUN_DIR.name,
 )
 
 
@@ -55,12 +52,13 @@ def find_mpiexec(env: Mapping[str, str]) -> str | None:
         mldist.errors.ConfigError: MLDIST_MPIEXEC='/nonexistent/mpiexec' is not an executable program; give \
 the path of mpiexec (or its name on PATH), or unset MLDIST_MPIEXEC
     """
-    if env.get("MLDIST_MPIEXEC"):  # a site's own, or several MPIs installed
-        found = shutil.which(env["MLDIST_MPIEXEC"], path=env.get("PATH"))
+    name = envvalues.MPIEXEC.name
+    if env.get(name):  # a site's own, or several MPIs installed
+        found = shutil.which(env[name], path=env.get("PATH"))
         if found is None or os.path.isdir(found):
             raise ConfigError(
-                f"MLDIST_MPIEXEC={env['MLDIST_MPIEXEC']!r} is not an executable program; give the path of mpiexec "
-                "(or its name on PATH), or unset MLDIST_MPIEXEC"
+                f"{name}={env[name]!r} is not an executable program; give the path of mpiexec "
+                f"(or its name on PATH), or unset {name}"
             )
         return found
     here = Path(sys.executable).parent / "mpiexec"
@@ -221,9 +219,9 @@ class MpiexecGroup(Group):
         extra = {
             **run_env(cfg, self.run_id, self.restart),
             **binding_env(cfg),
-            "MLDIST_LAUNCHER_PID": str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
+            envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
-            "MLDIST_WORKERS": ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
+            envvalues.WORKERS.name: ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
             **self.launch_env(),
         }
         if kind == "openmpi" and "PRTE_MCA_prte_tmpdir_base" not in self.env:
@@ -232,10 +230,10 @@ class MpiexecGroup(Group):
             # pid cannot start its PMIx listener ("The PMIx server's listener thread failed to start").
             extra["PRTE_MCA_prte_tmpdir_base"] = str(self.run_dir)
         if sets := self.cpu_sets():
-            extra["MLDIST_CPU_SETS"] = ";".join(",".join(map(str, s)) for s in sets)
+            extra[envvalues.CPU_SETS.name] = ";".join(",".join(map(str, s)) for s in sets)
         if cfg.log_dir:
             os.makedirs(cfg.log_dir, exist_ok=True)
-            extra["MLDIST_LOG_DIR"] = os.path.abspath(cfg.log_dir)
+            extra[envvalues.LOG_DIR.name] = os.path.abspath(cfg.log_dir)
         for rank in range(cfg.nprocs if not cfg.log_dir else 0):
             for stream in ("out", "err"):
                 os.mkfifo(self.run_dir / f"{stream}-{rank}", 0o600)

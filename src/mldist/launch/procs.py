@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from ..base import envvalues
 from ..base.rundir import RUN_DIR_ENV
 from ..placement import common
 from ..placement.resources import CPU_BIND_ENV
@@ -64,9 +65,13 @@ def run_env(cfg: RunConfig, run_id: str, restart: int) -> dict[str, str]:
         >>> sorted(run_env(RunConfig(nprocs=2, command=("python", "t.py")), "r1", 0))
         ['MLDIST_COMMUNICATION', 'MLDIST_RESTART', 'MLDIST_RUN_ID']
     """
-    env = {"MLDIST_RUN_ID": run_id, "MLDIST_RESTART": str(restart), "MLDIST_COMMUNICATION": cfg.communication}
+    env = {
+        envvalues.RUN_ID.name: run_id,
+        envvalues.RESTART.name: str(restart),
+        envvalues.COMMUNICATION.name: cfg.communication,
+    }
     if cfg.profile_steps:
-        env["MLDIST_PROFILE_STEPS"] = cfg.profile_steps
+        env[envvalues.PROFILE_STEPS.name] = cfg.profile_steps
     if cfg.run_dir:
         env[RUN_DIR_ENV] = os.path.abspath(cfg.run_dir)
     return env
@@ -111,13 +116,15 @@ def worker_env(
         env.pop(stale, None)
     env.update(run_env(cfg, run_id, restart))
     env.update(
-        MLDIST_RANK=str(rank),
-        MLDIST_SIZE=str(cfg.nprocs),
-        MLDIST_LOCAL_RANK=str(rank),
-        MLDIST_LOCAL_SIZE=str(cfg.nprocs),
-        MLDIST_NODE_RANK="0",
-        MLDIST_WORKERS=",".join(workers),
-        MLDIST_LAUNCHER_PID=str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
+        {
+            envvalues.RANK.name: str(rank),
+            envvalues.SIZE.name: str(cfg.nprocs),
+            envvalues.LOCAL_RANK.name: str(rank),
+            envvalues.LOCAL_SIZE.name: str(cfg.nprocs),
+            envvalues.NODE_RANK.name: "0",
+            envvalues.WORKERS.name: ",".join(workers),
+            envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
+        }
     )
     env.update(binding_env(cfg))
     env.update(common.for_tools(env, rank, cfg.nprocs, rank, cfg.nprocs, workers))

@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import IO
 
-from ..base import joined
+from ..base import envvalues, joined
 from ..base.files import atomic_write
 from ..base.procs import die_with_parent
 from ..placement import common, detect
 from .procs import FORWARDED
 
 #: The launcher passes per-rank CPU sets (``--cpu-bind cores``) as "0,1;2,3".
-CPU_SETS = "MLDIST_CPU_SETS"
+CPU_SETS = envvalues.CPU_SETS.name
 
 
 def _outputs(run_dir: Path, rank: int, log_dir: str | None) -> tuple[IO[bytes], IO[bytes] | int]:
@@ -63,15 +63,17 @@ def main(argv: list[str]) -> int:
     rank = me.rank
     _bind(rank)
     os.environ.update(  # what workers of `mldist run` get either way (see procs.worker_env)
-        MLDIST_RANK=str(rank),
-        MLDIST_SIZE=str(me.size),
-        MLDIST_LOCAL_RANK=str(me.local_rank),
-        MLDIST_LOCAL_SIZE=str(me.local_size),
-        MLDIST_NODE_RANK="0",
+        {
+            envvalues.RANK.name: str(rank),
+            envvalues.SIZE.name: str(me.size),
+            envvalues.LOCAL_RANK.name: str(me.local_rank),
+            envvalues.LOCAL_SIZE.name: str(me.local_size),
+            envvalues.NODE_RANK.name: "0",
+        }
     )
-    workers = [w for w in os.environ.get("MLDIST_WORKERS", "").split(",") if w]
+    workers = [w for w in os.environ.get(envvalues.WORKERS.name, "").split(",") if w]
     os.environ.update(common.for_tools(os.environ, rank, me.size, me.local_rank, me.local_size, workers))
-    out, err = _outputs(run_dir, rank, os.environ.get("MLDIST_LOG_DIR"))
+    out, err = _outputs(run_dir, rank, os.environ.get(envvalues.LOG_DIR.name))
     try:
         child = subprocess.Popen(
             command,

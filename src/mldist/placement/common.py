@@ -31,7 +31,7 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 KERAS = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID")
 JAX_BIND = "JAX_COORDINATOR_BIND_ADDRESS"
 #: Rank 0's ``host:port`` where the launcher knows no other rank's (``mldist run -H``).
-COORDINATOR = "MLDIST_COORDINATOR"
+COORDINATOR = envvalues.COORDINATOR.name
 
 
 def variables(rank: int, size: int, local_rank: int, local_size: int) -> dict[str, str]:

@@ -103,7 +103,7 @@ class CpuProbe:
 
 
 #: Set by ``mldist run`` for its workers: ``none`` (they share its mask) or ``cores`` (each has its own).
-CPU_BIND_ENV = "MLDIST_CPU_BIND"
+CPU_BIND_ENV = envvalues.CPU_BIND.name
 
 
 def cpu_probe(env: Mapping[str, str] | None = None) -> CpuProbe:
@@ -127,7 +127,7 @@ def cpu_probe(env: Mapping[str, str] | None = None) -> CpuProbe:
 #: Where a rank's CPU count may be given, first one set wins, and how ``mldist env`` labels it.
 #: OMP_NUM_THREADS is often inherited from a login shell or module rather than chosen for the job.
 CPUS_PER_TASK_SOURCES = {
-    "MLDIST_CPUS_PER_TASK": "cpus per task",
+    envvalues.CPUS_PER_TASK.name: "cpus per task",
     "SLURM_CPUS_PER_TASK": "cpus per task",
     "ALPS_APP_DEPTH": "aprun -d",
     "OMP_NUM_THREADS": "OMP_NUM_THREADS",
@@ -252,7 +252,7 @@ def thread_plan(
     if plan.source == "OMP_NUM_THREADS" and plan.cpus < share:
         note = (
             f"OMP_NUM_THREADS={plan.cpus} gives each rank {plan.cpus} CPU thread(s) of the {share} it could use; "
-            f"unset OMP_NUM_THREADS (or set MLDIST_CPUS_PER_TASK={share}) if it was inherited, not chosen"
+            f"unset OMP_NUM_THREADS (or set {envvalues.CPUS_PER_TASK.name}={share}) if it was inherited, not chosen"
         )
         plan = replace(plan, note=note)
     return override_threads(plan, env, intra_op=intra_op, inter_op=inter_op)

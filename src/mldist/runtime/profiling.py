@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..base import envvalues
 from ..base.files import atomic_write
 from ..errors import ConfigError
 from . import collectives, worker
@@ -66,9 +67,9 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 def trace_dir(env: Mapping[str, str]) -> Path:
     """Where traces go: ``MLDIST_TRACE_DIR``, else the run directory's ``trace/``, else ``./trace``."""
-    if env.get("MLDIST_TRACE_DIR"):
-        return Path(env["MLDIST_TRACE_DIR"])
-    return Path(env.get("MLDIST_RUN_DIR") or ".") / "trace"
+    if env.get(envvalues.TRACE_DIR.name):
+        return Path(env[envvalues.TRACE_DIR.name])
+    return Path(env.get(envvalues.RUN_DIR.name) or ".") / "trace"
 
 
 def event_name(name: str) -> str:
@@ -210,7 +211,7 @@ class StepProfiler:
     def from_env(cls, env: Mapping[str, str] | None = None) -> StepProfiler | None:
         """A profiler for ``MLDIST_PROFILE_STEPS``, or None when it is not set."""
         env = os.environ if env is None else env
-        text = env.get("MLDIST_PROFILE_STEPS", "")
+        text = env.get(envvalues.PROFILE_STEPS.name, "")
         return cls(*parse_steps(text), trace_dir(env)) if text else None
 
     def begin(self, step: int) -> None:

@@ -85,7 +85,7 @@ def stall_message(rank: int, engine: str, what: str, seconds: float, timeout: fl
     hint = HINTS.get(engine, "check the other ranks' output")
     return (
         f"rank {rank} waited {seconds:.0f} s in {what} (engine {engine}) for the other workers, more than "
-        f"MLDIST_COLLECTIVE_TIMEOUT={timeout:g}; {hint}; {RAISE_IT}"
+        f"{envvalues.COLLECTIVE_TIMEOUT.name}={timeout:g}; {hint}; {RAISE_IT}"
     )
 
 
@@ -100,7 +100,8 @@ def late_message(rank: int, engine: str, late: Sequence[str], seconds: float, ti
         >>> late_message(0, "mpi", ["rank 1 has not reached collective #3 broadcast after 9 s: ..."], 9, 8)[:36]
         'rank 1 has not reached collective #3'
     """
-    tail = f"rank {rank} waited {seconds:.0f} s (engine {engine}), more than MLDIST_COLLECTIVE_TIMEOUT={timeout:g}"
+    setting = f"{envvalues.COLLECTIVE_TIMEOUT.name}={timeout:g}"
+    tail = f"rank {rank} waited {seconds:.0f} s (engine {engine}), more than {setting}"
     return "\n".join([*late, f"{tail}; {RAISE_IT}"])
 
 

@@ -24,6 +24,8 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from ..base import envvalues
+
 _PID = re.compile(r"[1-9][0-9]{0,9}")
 _POLL_SECONDS = 1.0
 
@@ -71,7 +73,7 @@ def _wait_for_exit(launcher: int) -> None:
 
 def watch_launcher(env: Mapping[str, str]) -> bool:
     """Start the watch if ``env`` names a launcher in another process group; whether it started."""
-    text = env.get("MLDIST_LAUNCHER_PID", "")
+    text = env.get(envvalues.LAUNCHER_PID.name, "")
     if not _PID.fullmatch(text):
         return False
     launcher = int(text)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runtime
+from ..base import envvalues
 from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, write_json
 from .bench import MODELS, BenchConfig, make_row
 
@@ -168,7 +169,7 @@ def _jax_rates(ctx: Any, cfg: BenchConfig) -> list[float]:
     import keras
     import numpy as np
 
-    if os.environ.get("MLDIST_PROFILE_STEPS") and ctx.rank == 0:
+    if os.environ.get(envvalues.PROFILE_STEPS.name) and ctx.rank == 0:
         print("mldist bench: --profile-steps records TensorFlow's profiler; not on KERAS_BACKEND=jax", flush=True)
     model, shape, classes = build_model(cfg.model, cfg.image)
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())
@@ -217,7 +218,7 @@ def job_row(
 
         row = job_row(BenchConfig(), "auto")   # under: srun -n 4 mldist bench
     """
-    own = {"KERAS_BACKEND": backend, "MLDIST_PROFILE_STEPS": profile_steps}
+    own = {"KERAS_BACKEND": backend, envvalues.PROFILE_STEPS.name: profile_steps}
     os.environ.update({name: value for name, value in own.items() if value})  # this rank's own process
     result = measure(cfg, engine)
     import numpy as np

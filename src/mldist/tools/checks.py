@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..base import envvalues
 from ..errors import MldistError
 from ..placement import build_cluster_spec, detect, no_discovery
 from ..placement.proxies import proxy_settings
@@ -200,7 +201,8 @@ def check_files(env: Mapping[str, str]) -> list[Result]:
     from ..runtime.tf_engine import check_port_free
 
     results: list[Result] = []
-    name = "MLDIST_RUN_DIR" if env.get("MLDIST_RUN_DIR") else "MLDIST_RUNS_DIR" if env.get("MLDIST_RUNS_DIR") else ""
+    named = (n for n in (envvalues.RUN_DIR.name, envvalues.RUNS_DIR.name) if env.get(n))
+    name = next(named, "")
     path = Path(env[name] if name else "runs").absolute()
     if problem := directory_problem(path):
         given = f"{name}={env[name]}: " if name else ""
@@ -223,7 +225,7 @@ def check_datasets(env: Mapping[str, str]) -> list[Result]:
     """Which datasets the cache holds (compute nodes often have no internet to fetch them)."""
     from ..data.datasets import DATASETS, cache_dir, status
 
-    root = cache_dir(env.get("MLDIST_DATA_DIR") or None)
+    root = cache_dir(env.get(envvalues.DATA_DIR.name) or None)
     states = {name: status(ds, root).status for name, ds in DATASETS.items()}
     ready = sorted(n for n, s in states.items() if s in ("verified", "pinned", "unverified"))
     if ready:

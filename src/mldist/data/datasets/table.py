@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base import envvalues
 from ...errors import ConfigError
 
 #: Keras's public mirror of MNIST and Fashion-MNIST (the files ``keras.datasets`` downloads).
@@ -22,7 +23,7 @@ CIFAR_SITE = "https://www.cs.toronto.edu/~kriz/"
 #: The record of checked files in each dataset folder.
 MANIFEST = "sha256.json"
 #: The environment variable naming the cache (after ``--cache``).
-ENV_CACHE = "MLDIST_DATA_DIR"
+ENV_CACHE = envvalues.DATA_DIR.name
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...base import envvalues
 from ...errors import ConfigError, LaunchError, UnsupportedError
 from ..pickled import pickler
 
@@ -108,6 +109,6 @@ def _worker(directory: str, alias: bool) -> None:
         install()
     func, args, kwargs = pickle.loads((Path(directory) / _TASK).read_bytes())
     result = func(*args, **kwargs)
-    rank = int(os.environ.get("MLDIST_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
-    round_ = int(os.environ.get("MLDIST_RESTART") or 0)  # an elastic world's rounds number their results
+    rank = int(os.environ.get(envvalues.RANK.name) or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    round_ = int(os.environ.get(envvalues.RESTART.name) or 0)  # an elastic world's rounds number their results
     (Path(directory) / _RESULT.format(round=round_, rank=rank)).write_bytes(pickler().dumps(result))

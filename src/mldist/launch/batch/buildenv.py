@@ -27,6 +27,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..._version import __version__
+from ...base import envvalues
 from ...errors import ConfigError
 from .render import redaction_sed
 
@@ -70,14 +71,16 @@ case "$flavour" in cpu) check="$check, mpi4py" ;; jax*) check="$check, jax" ;; e
   echo "# mldist build-env: $venv on $(hostname) at $(date -u +%FT%TZ); modules: ${LOADEDMODULES:-none}"
   "$py" -m pip freeze
 } | sed -E {sed} >"$venv/FREEZE"
-cp -- "$venv/FREEZE" "$MLDIST_JOB_DIR/FREEZE"
-say "done in ${SECONDS} s; pip freeze in $venv/FREEZE and $MLDIST_JOB_DIR/FREEZE"
+cp -- "$venv/FREEZE" "$@JOB_DIR@/FREEZE"
+say "done in ${SECONDS} s; pip freeze in $venv/FREEZE and $@JOB_DIR@/FREEZE"
 """
 
 #: The job's one task: ``bash -c BUILD_SCRIPT mldist-build-env VENV TARGET FLAVOUR REQUIREMENTS CONSTRAINTS
 #: WHEELHOUSE``.
-BUILD_SCRIPT = _TEMPLATE.replace("{sed}", " ".join(f"-e {q(p)}" for p in redaction_sed())).replace(
-    "FREEZE", FREEZE_NAME
+BUILD_SCRIPT = (
+    envvalues.shell(_TEMPLATE)
+    .replace("{sed}", " ".join(f"-e {q(p)}" for p in redaction_sed()))
+    .replace("FREEZE", FREEZE_NAME)
 )
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...base import envvalues
 from .expand import pieces
 from .schedulers import scheduler
 
@@ -83,8 +84,8 @@ class Plan:
 def plan(s: JobSpec, nodefile: str | None) -> Plan:
     """The launch geometry of ``s``."""
     t = s.threads
-    depth = str(t) if t else "$MLDIST_CPUS_PER_TASK"
-    cores = str(max(1, t // s.hyperthreads)) if t else "$MLDIST_CORES_PER_TASK"
+    depth = str(t) if t else envvalues.shell("$@CPUS_PER_TASK@")
+    cores = str(max(1, t // s.hyperthreads)) if t else envvalues.shell("$@CORES_PER_TASK@")
     user_omp = dict(s.env).get("OMP_NUM_THREADS")
     omp = depth if user_omp is None else (user_omp if "$" not in user_omp else "$OMP_NUM_THREADS")
     env = tuple((k, v) for k, v in dict(s.env).items() if k != "OMP_NUM_THREADS")  # omp has it
@@ -117,7 +118,8 @@ def _aprun(p: Plan) -> list[str]:
     # ALPS exports no world size: the sizes travel as -e variables, and so do the job's own
     # (the Theta guide's aprun -e OMP_NUM_THREADS=.. -e KMP_BLOCKTIME=..), which the script also exports.
     argv = ["aprun", "-n", p.total, "-N", str(p.tasks), "-d", _w(p.depth), "-j", str(p.hyperthreads), "-cc", "depth"]
-    for key, value in (("MLDIST_SIZE", p.total), ("MLDIST_LOCAL_SIZE", str(p.tasks)), ("OMP_NUM_THREADS", p.omp)):
+    sizes = ((envvalues.SIZE.name, p.total), (envvalues.LOCAL_SIZE.name, str(p.tasks)))
+    for key, value in (*sizes, ("OMP_NUM_THREADS", p.omp)):
         argv += ["-e", _w(f"{key}={value}")]
     for key, value in p.env:
         argv += ["-e", _aprun_env(key, value)]
@@ -149,12 +151,8 @@ FORWARD = (
     "APPTAINER_CACHEDIR",
     "APPTAINERENV_PYTHONPATH",
     "OMP_NUM_THREADS",
-    "MLDIST_CPUS_PER_TASK",
-    "MLDIST_JOB_DIR",
-    "MLDIST_RUN_DIR",
-    "MLDIST_ATTEMPT",
-    "MLDIST_JOB_ID",
-    "MLDIST_REQUEUE_MARK",
+    *(v.name for v in (envvalues.CPUS_PER_TASK, envvalues.JOB_DIR, envvalues.RUN_DIR, envvalues.ATTEMPT)),
+    *(v.name for v in (envvalues.JOB_ID, envvalues.REQUEUE_MARK)),
 )
 
 
@@ -261,15 +259,18 @@ def thread_lines(s: JobSpec) -> list[str]:
     launcher = LAUNCHERS[launcher_name(s)]
     t = s.threads
     if t:
-        return [f"export OMP_NUM_THREADS={t} MLDIST_CPUS_PER_TASK={t}"]
+        return [envvalues.shell(f"export OMP_NUM_THREADS={t} @CPUS_PER_TASK@={t}")]
     probe = " ".join(shlex.quote(a) for a in (*launcher.probe, "bash", "-c", _MEASURE, "mldist-cpus"))
     k, ht = s.tasks, s.hyperthreads
+    exports = [
+        f"export @CPUS_PER_TASK@=$((mldist_cpus / {k} > 0 ? mldist_cpus / {k} : 1))",
+        f"export OMP_NUM_THREADS=$@CPUS_PER_TASK@ @CORES_PER_TASK@=$((@CPUS_PER_TASK@ / {ht} > 0 ? "
+        f"@CPUS_PER_TASK@ / {ht} : 1))",
+        f'echo "mldist: $mldist_cpus CPUs per node (measured): $@CPUS_PER_TASK@ threads for each of {k} '
+        'ranks per node (--cpus-per-task sets them)"',
+    ]
     return [
         f"mldist_cpus=$({probe} {ht})  # no --cpus-per-task: the node's cores are shared among its ranks",
         f'[ "${{mldist_cpus:-0}}" -gt 0 ] 2>/dev/null || mldist_cpus={k}',
-        f"export MLDIST_CPUS_PER_TASK=$((mldist_cpus / {k} > 0 ? mldist_cpus / {k} : 1))",
-        f"export OMP_NUM_THREADS=$MLDIST_CPUS_PER_TASK MLDIST_CORES_PER_TASK=$((MLDIST_CPUS_PER_TASK / {ht} > 0 ? "
-        f"MLDIST_CPUS_PER_TASK / {ht} : 1))",
-        f'echo "mldist: $mldist_cpus CPUs per node (measured): $MLDIST_CPUS_PER_TASK threads for each of {k} '
-        'ranks per node (--cpus-per-task sets them)"',
+        *(envvalues.shell(line) for line in exports),
     ]

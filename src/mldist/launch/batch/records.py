@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...base import envvalues
 from ...base.files import atomic_write, current_umask, make_dirs
 from ...errors import ConfigError, LaunchError
 from .render import render
@@ -64,8 +65,8 @@ class JobRecord:
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where the job index lives."""
     env = os.environ if env is None else env
-    if env.get("MLDIST_STATE_DIR"):
-        return Path(env["MLDIST_STATE_DIR"])
+    if env.get(envvalues.STATE_DIR.name):
+        return Path(env[envvalues.STATE_DIR.name])
     base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
     return Path(base) / "mldist"
 
@@ -76,7 +77,7 @@ def _index_path(job_id: str, env: Mapping[str, str] | None) -> Path:
 
 def _state_setting(env: Mapping[str, str]) -> str:
     """The variable that placed the job index, as ``NAME='value'`` (for messages)."""
-    for name in ("MLDIST_STATE_DIR", "XDG_STATE_HOME", "HOME"):
+    for name in (envvalues.STATE_DIR.name, "XDG_STATE_HOME", "HOME"):
         if env.get(name):
             return f"{name}={env[name]!r}"
     return "HOME unset"

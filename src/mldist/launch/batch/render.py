@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import shlex
 
+from ...base import envvalues
 from ...base.secrets import REDACTED, SECRET_SUFFIXES, SECRET_WORDS
 from ...errors import REQUEUE_CODE
 from .checks import check
@@ -43,20 +44,20 @@ q = shlex.quote
 # direct child, and to turn the requeue code into a marker file plus exit 0: a
 # rank that exits 75 first must not look like a failure to `srun
 # --kill-on-bad-exit=1` (or mpiexec), which would kill the ranks still saving.
-RANK_WRAPPER = (
+RANK_WRAPPER = envvalues.shell(
     'r="${OMPI_COMM_WORLD_RANK:-${PALS_RANKID:-${PMI_RANK:-${ALPS_APP_PE:-${SLURM_PROCID:-0}}}}}"; '
     'l="${OMPI_COMM_WORLD_LOCAL_RANK:-${PALS_LOCAL_RANKID:-${MPI_LOCALRANKID:-${SLURM_LOCALID:-'
-    '$((r % ${MLDIST_LOCAL_SIZE:-1}))}}}}"; '
+    '$((r % ${@LOCAL_SIZE@:-1}))}}}}"; '
     # The first $1 words (--wrap) get {rank}, {local_rank}, {job_id}, {job_dir}; quoted replacements are literal.
     'n=$1; shift; w=(); while [ "$n" -gt 0 ]; do a=$1; shift; n=$((n - 1)); a=${a//\\{rank\\}/"$r"}; '
-    'a=${a//\\{local_rank\\}/"$l"}; a=${a//\\{job_id\\}/"${MLDIST_JOB_ID:-}"}; '
-    'a=${a//\\{job_dir\\}/"$MLDIST_JOB_DIR"}; w+=("$a"); done; set -- ${w[@]+"${w[@]}"} "$@"; c=""; '
+    'a=${a//\\{local_rank\\}/"$l"}; a=${a//\\{job_id\\}/"${@JOB_ID@:-}"}; '
+    'a=${a//\\{job_dir\\}/"$@JOB_DIR@"}; w+=("$a"); done; set -- ${w[@]+"${w[@]}"} "$@"; c=""; '
     """trap 't=1; [ -n "$c" ] && kill -USR1 "$c" 2>/dev/null' USR1; """
     """trap 't=1; [ -n "$c" ] && kill -TERM "$c" 2>/dev/null' TERM; """
-    '"$@" >>"$MLDIST_JOB_DIR/rank-$r.log" 2>&1 & c=$!; '
+    '"$@" >>"$@JOB_DIR@/rank-$r.log" 2>&1 & c=$!; '
     'code=0; t=1; k=0; while [ "$t" = 1 ]; do t=0; wait "$c"; s=$?; [ "$k$s" = 1127 ] && break; code=$s; k=1; done; '
-    f'if [ "$code" -eq {REQUEUE_CODE} ] && [ -n "${{MLDIST_REQUEUE_MARK:-}}" ]; then '
-    ': >"$MLDIST_REQUEUE_MARK.rank-$r" && exit 0; fi; '
+    f'if [ "$code" -eq {REQUEUE_CODE} ] && [ -n "${{@REQUEUE_MARK@:-}}" ]; then '
+    ': >"$@REQUEUE_MARK@.rank-$r" && exit 0; fi; '
     'exit "$code"'
 )
 
@@ -75,19 +76,22 @@ def header(s: JobSpec, sched: Scheduler) -> list[str]:
     lines += [sched.workdir] if sched.workdir else []
     # Until the ranks start, a save signal is only noted: bash's default for USR1 would end the script.
     lines += ["trap 'mldist_early_usr1=1' USR1"] if s.requeue else []
+    job = [
+        # The job's run directory: mldist.keras.RunLog writes metrics, plots and TensorBoard events here.
+        'export @RUN_DIR@="$@JOB_DIR@/run"',
+        'export @ATTEMPT@="${@ATTEMPT@:-${SLURM_RESTART_COUNT:-0}}"',
+        f'job_id="${{{sched.job_id_var}:-local}}"',
+        'export @JOB_ID@="$job_id"',
+        'mkdir -p "$@JOB_DIR@"',
+        # Ranks that exit with the requeue code leave a marker here (see RANK_WRAPPER).
+        'export @REQUEUE_MARK@="$@JOB_DIR@/.requeue-$job_id-$@ATTEMPT@"',
+        'rm -f -- "$@REQUEUE_MARK@".rank-*',
+    ]
     return [
         *lines,
-        f"export MLDIST_JOB_DIR={q(s.output_dir)}",
+        f"export {envvalues.JOB_DIR.name}={q(s.output_dir)}",  # your folder: an @NAME@ in it stays as is
         *array_lines(s, sched),
-        # The job's run directory: mldist.keras.RunLog writes metrics, plots and TensorBoard events here.
-        'export MLDIST_RUN_DIR="$MLDIST_JOB_DIR/run"',
-        'export MLDIST_ATTEMPT="${MLDIST_ATTEMPT:-${SLURM_RESTART_COUNT:-0}}"',
-        f'job_id="${{{sched.job_id_var}:-local}}"',
-        'export MLDIST_JOB_ID="$job_id"',
-        'mkdir -p "$MLDIST_JOB_DIR"',
-        # Ranks that exit with the requeue code leave a marker here (see RANK_WRAPPER).
-        'export MLDIST_REQUEUE_MARK="$MLDIST_JOB_DIR/.requeue-$job_id-$MLDIST_ATTEMPT"',
-        'rm -f -- "$MLDIST_REQUEUE_MARK".rank-*',
+        *(envvalues.shell(line) for line in job),
     ]
 
 
@@ -99,8 +103,8 @@ def array_lines(s: JobSpec, sched: Scheduler) -> list[str]:
     if not s.array:
         return []
     return [
-        f'export MLDIST_ARRAY_INDEX="{sched.array_index}"',
-        'export MLDIST_JOB_DIR="$MLDIST_JOB_DIR/array-$MLDIST_ARRAY_INDEX"  # this array task\'s own directory',
+        f'export {envvalues.ARRAY_INDEX.name}="{sched.array_index}"',
+        envvalues.shell('export @JOB_DIR@="$@JOB_DIR@/array-$@ARRAY_INDEX@"  # this array task\'s own directory'),
     ]
 
 
@@ -114,7 +118,7 @@ def wrap_word(text: str) -> str:
     parts = text.split("{array_index}")
     if len(parts) == 1:
         return q(text)
-    return '"$MLDIST_ARRAY_INDEX"'.join(q(p) if p else "" for p in parts)
+    return envvalues.shell('"$@ARRAY_INDEX@"').join(q(p) if p else "" for p in parts)
 
 
 def _any_case(text: str) -> str:
@@ -153,14 +157,14 @@ def environment_record(s: JobSpec) -> list[str]:
     sed = [f"  -e {q(program)}" for program in redaction_sed()]
     return [
         "{",
-        '  echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"',
+        envvalues.shell('  echo "# job $job_id attempt $@ATTEMPT@ on $(hostname) at $(date -u +%FT%TZ)"'),
         '  echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1',
         f'  echo "## python"; {py} -c "import sys; print(sys.executable, sys.version)"',
         f'  echo "## pip freeze"; {py} -m pip freeze || echo "(no pip here)"',
         f'  echo "## mldist env"; {py} -m mldist env --json --no-tensorflow',
         "} 2>&1 | sed -E \\",
         *(line + " \\" for line in sed[:-1]),
-        sed[-1] + ' >"$MLDIST_JOB_DIR/environment-$job_id.txt"',
+        sed[-1] + envvalues.shell(' >"$@JOB_DIR@/environment-$job_id.txt"'),
     ]
 
 
@@ -176,7 +180,7 @@ def hook_lines(s: JobSpec) -> list[str]:
         'if mldist_hook=$(python3 -c "$mldist_where" 2>/dev/null); then',
         '  export PYTHONPATH="$mldist_hook${PYTHONPATH:+:$PYTHONPATH}"',
         "fi",
-        'rm -f -- "$MLDIST_RUN_DIR"/progress/group-*',
+        envvalues.shell('rm -f -- "$@RUN_DIR@"/progress/group-*'),
     ]
 
 
@@ -185,7 +189,9 @@ def formed_lines(s: JobSpec) -> list[str]:
     formed a group (an error with ``MLDIST_REQUIRE_GROUP=1``)."""
     if s.container or s.min_nodes is not None:  # an elastic job's rounds have fewer ranks than it started with
         return []
-    check = f'python3 -m mldist.launch.batch.formed "$MLDIST_RUN_DIR/progress" {s.total_tasks} || code=1'
+    check = (
+        envvalues.shell('python3 -m mldist.launch.batch.formed "$@RUN_DIR@/progress" ') + f"{s.total_tasks} || code=1"
+    )
     # Only where the job's python3 has mldist (it found the hook): the ranks may run another one.
     return [f'if [ "$code" -eq 0 ] && [ -n "${{mldist_hook:-}}" ]; then {check}; fi']
 
@@ -256,7 +262,7 @@ def own_timer(s: JobSpec) -> list[str]:
 def requeue_tail(s: JobSpec, sched: Scheduler) -> list[str]:
     """Turn rank markers back into exit code 75, requeue on it (with ``--requeue``), exit with the step's code."""
     lines = [
-        'for mark in "$MLDIST_REQUEUE_MARK".rank-*; do',
+        envvalues.shell('for mark in "$@REQUEUE_MARK@".rank-*; do'),
         f'  if [ "$code" -eq 0 ] && [ -e "$mark" ]; then code={REQUEUE_CODE}; fi',
         "done",
     ]

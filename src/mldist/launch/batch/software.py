@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Callable
 
+from ...base import envvalues
 from .expand import references, shell_word
 from .launchers import Raw, Shell
 from .spec import JobSpec
@@ -31,6 +32,8 @@ q = shlex.quote
 
 #: Where the submitting mldist is bound in a container that has none (on PYTHONPATH there).
 HOST_MLDIST = "/opt/mldist-host"
+#: The job directory, as the script refers to it.
+JOB_DIR = envvalues.shell("$@JOB_DIR@")
 
 
 def not_an_option(path: str) -> str:
@@ -77,7 +80,9 @@ def env_lines(s: JobSpec) -> list[str]:
     """``export`` of the ``--env`` values; ``$NAME`` in a value expands here, once (a note if it is unset)."""
     lines = [*network_lines(s)]
     if s.tf_config:
-        lines.append("export MLDIST_TF_CONFIG=1  # each rank's TF_CONFIG (mldist's start-up hook writes it)")
+        lines.append(
+            envvalues.shell("export @TF_CONFIG@=1  # each rank's TF_CONFIG (mldist's start-up hook writes it)")
+        )
     for key, value in s.env:
         for name in references(value):
             lines.append(
@@ -112,7 +117,7 @@ def image(s: JobSpec) -> str:
     if not s.remote_image:
         return not_an_option(s.container)
     name = sif_name(s.container)
-    return f"{s.container_cache.rstrip('/')}/{name}" if s.container_cache else f"$MLDIST_JOB_DIR/{name}"
+    return f"{s.container_cache.rstrip('/')}/{name}" if s.container_cache else f"{JOB_DIR}/{name}"
 
 
 def container_prefix(s: JobSpec) -> list[str]:
@@ -120,8 +125,8 @@ def container_prefix(s: JobSpec) -> list[str]:
     if not s.container:
         return []
     argv = ["apptainer", "exec"] + (["--nv"] if s.gpus_per_node else [])
-    for path in ("$PWD", "$MLDIST_JOB_DIR", *s.binds):
-        argv += ["--bind", Shell(path) if path in ("$PWD", "$MLDIST_JOB_DIR") else path]
+    for path in ("$PWD", JOB_DIR, *s.binds):
+        argv += ["--bind", Shell(path) if path in ("$PWD", JOB_DIR) else path]
     argv += [Raw('${mldist_binds[@]+"${mldist_binds[@]}"}'), *s.container_args]
     return [*argv, Shell("$mldist_sif") if s.remote_image else image(s)]
 
@@ -138,7 +143,7 @@ def container_lines(s: JobSpec, word: Callable[[str], str]) -> list[str]:
     lines = ['export APPTAINER_CACHEDIR="${APPTAINER_CACHEDIR:-${TMPDIR:-/tmp}/apptainer-cache-$(id -u)}"']
     if s.remote_image:
         where = image(s)
-        sif = f'"{where}"' if where.startswith("$MLDIST_JOB_DIR/") else q(where)
+        sif = f'"{where}"' if where.startswith(f"{JOB_DIR}/") else q(where)
         lines += [
             f"mldist_sif={sif}",
             'if [ ! -s "$mldist_sif" ]; then  # pulled once; a requeued job (or a named cache) reuses it',

@@ -15,6 +15,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+from ....base import envvalues
 from ....errors import ConfigError
 from .base import JobStatus, Row, Scheduler, check_dependency
 
@@ -68,7 +69,7 @@ COBALT = Scheduler(
     nodefile="COBALT_NODEFILE",
     job_id_var="COBALT_JOBID",
     workdir="",
-    resubmit='qsub --env MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"',
+    resubmit=envvalues.shell('qsub --env @ATTEMPT@="$((@ATTEMPT@ + 1))" "$@JOB_DIR@/job.sh"'),
     own_timer=True,
     batch_log="job.output",
     status=lambda job_id: ["qstat", "-f", job_id],

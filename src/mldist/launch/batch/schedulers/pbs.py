@@ -12,6 +12,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
+from ....base import envvalues
 from ....errors import ConfigError
 from .base import JobStatus, Row, Scheduler, check_dependency, hms
 
@@ -94,7 +95,7 @@ PBS = Scheduler(
     nodefile="PBS_NODEFILE",
     job_id_var="PBS_JOBID",
     workdir='cd "$PBS_O_WORKDIR"',
-    resubmit='qsub -v MLDIST_ATTEMPT="$((MLDIST_ATTEMPT + 1))" "$MLDIST_JOB_DIR/job.sh"',
+    resubmit=envvalues.shell('qsub -v @ATTEMPT@="$((@ATTEMPT@ + 1))" "$@JOB_DIR@/job.sh"'),
     own_timer=True,
     batch_log="job.out",
     status=lambda job_id: ["qstat", "-x", "-f", "-F", "json", job_id],
