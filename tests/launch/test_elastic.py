@@ -59,6 +59,13 @@ def test_the_world_re_forms_on_the_hosts_that_answer(ssh: dict[str, str], capsys
     assert "re-forming the world on hx1,hx2: 2 worker(s) (--min-np 2)" in capsys.readouterr().err
 
 
+def test_the_supervisor_s_probe_decides_without_asking_again(ssh: dict[str, str]) -> None:
+    """The one supervisor probes the round's hosts once; reform() takes its answers (ssh would say all answer)."""
+    answered = {"hx1": True, "hx2": True, "hx3": False}
+    nxt, done = reform(_cfg(), [], {**ssh, "ANSWERING": "hx1,hx2,hx3"}, lambda: False, 0, 0.0, answered)
+    assert nxt is not None and (done.lost, done.why, done.after) == (["hx3"], "does not answer over ssh", 2)
+
+
 def test_below_min_np_it_waits_out_the_timeout_then_ends(
     ssh: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

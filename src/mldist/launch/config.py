@@ -27,13 +27,14 @@ from ..base import envvalues
 from ..errors import ConfigError, LaunchError
 from ..placement.allocation import Allocation
 from ..placement.engines import COMMUNICATIONS, Decision
+from ..placement.hostlist import HOST_NAME
 
 #: The values of ``--network``: where directly started workers' servers listen.
 NETWORKS = ("auto", "private", "host")
 #: The most workers ``mldist run`` starts on one host.
 MAX_WORKERS = 4096
-#: A host name of ``-H``/``--hostfile``; a ``--network-interface`` (a name, or an address/CIDR).
-HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+#: A ``--network-interface`` (a name, or an address/CIDR); host names follow the one host-list grammar
+#: (:data:`mldist.placement.hostlist.HOST_NAME`).
 INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
 #: A variable name of ``RunConfig.env``: what a shell and ``mpiexec -x`` accept.
 VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -26,17 +26,19 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from ..base import joined, progress
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
+from ..placement import engines, handed
 from ..placement.resources import cpu_probe
 from .netns import PrivateNetwork
 from .procs import cpu_sets, first_failure, say, worker_env
 
 if TYPE_CHECKING:
     from .config import RunConfig
+    from .elastic.supervisor import Reform
 
 
 class Worker(Protocol):
@@ -98,17 +100,22 @@ class Group(ABC):
     """What both kinds of group share: output pumps, log files, signalling, the workers' last words.
 
     Args:
-        cfg: the run configuration; its ``decision`` (the launcher's, ``MLDIST_ENGINE`` for the
-            workers) when the launcher has decided.
+        cfg: the run configuration; its ``decision`` (the launcher's, handed whole to the workers)
+            when the launcher has decided.
         env: the environment the workers inherit (``mldist.launch.local.inherited``).
         restart: how many times the group was started before.
+        reform: the re-forming of an elastic world that led to this group (None: a first start or a
+            fixed world's restart).
     """
 
-    def __init__(self, cfg: RunConfig, env: Mapping[str, str], restart: int = 0) -> None:
+    def __init__(self, cfg: RunConfig, env: Mapping[str, str], restart: int = 0, reform: Reform | None = None) -> None:
         self.cfg = cfg
         self.env = env
         self.restart = restart
         self.engine = cfg.decision.name if cfg.decision is not None else ""
+        #: The whole decision, which the workers take where it fits them (:mod:`mldist.placement.handed`).
+        decided, asked = cfg.decision, cfg.communication
+        self.handed = handed.sent(decided, engines.requested_engine(asked, env)) if decided is not None else ""
         #: Each rank's last words (``note-R``), in a directory only this user can read.
         self.notes = tempfile.mkdtemp(prefix="mldist-notes-")
         self.tees: dict[int, IO[bytes]] = {}
@@ -122,7 +129,7 @@ class Group(ABC):
         #: hosts; the re-forming that started this group (None for a first start).
         self.failed_at: float | None = None
         self.named_lines: list[str] = []
-        self.reform: Any = None
+        self.reform = reform
         #: Signals for ranks whose pid was not known yet (a shim records it just after the start).
         self.pending: dict[int, list[int]] = {}
         #: Where the workers publish their progress (:mod:`mldist.base.progress`): the run directory's
@@ -147,7 +154,7 @@ class Group(ABC):
             NOTES: self.notes,
             progress.FOLDER_ENV: str(self.progress),
             **joined.with_hook(self.env),
-            **({ENGINE: self.engine} if self.engine else {}),
+            **({ENGINE: self.engine, handed.HANDED: self.handed} if self.engine else {}),
         }
 
     def show_progress(self) -> None:

@@ -8,7 +8,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 import shlex
 import socket
 import subprocess
@@ -16,10 +15,9 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
-from ..placement.allocation import nodefile_hosts
+from ..placement.allocation import read_nodefile as _nodefile
+from ..placement.hostlist import host_entry
 from .config import CONNECT_TIMEOUT
-
-_HOST_SLOTS = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
 
 
 def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
@@ -33,18 +31,15 @@ def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
     for number, item in enumerate(text.split(","), 1):
         if not item.strip():  # 'a,,b' or 'a,': a host left out by a slip, not a separator to skip
             raise ConfigError(f"{flag} {text!r}: entry {number} is empty; write host:slots,... (e.g. node1:2,node2:2)")
-        match = _HOST_SLOTS.fullmatch(item)
-        if not match:
+        entry = host_entry(item)
+        if entry is None:
             raise ConfigError(f"{flag} {text!r}: write host:slots,... (e.g. node1:2,node2:2)")
-        if match.group(1) in {host for host, _ in out}:
-            raise ConfigError(f"{flag} {text!r} names {match.group(1)} twice; name each host once with all its slots")
-        out.append((match.group(1), int(match.group(2) or 1)))
+        if entry[0] in {host for host, _ in out}:
+            raise ConfigError(f"{flag} {text!r} names {entry[0]} twice; name each host once with all its slots")
+        out.append((entry[0], 1 if entry[1] is None else entry[1]))
     if not out or sum(slots for _, slots in out) < 1:
         raise ConfigError(f"{flag} {text!r} gives no slots")
     return tuple(out)
-
-
-_HOSTFILE_LINE = re.compile(r"([A-Za-z0-9_.-]+)(?:(?::|\s+slots=)([0-9]{1,4}))?")
 
 
 def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
@@ -58,10 +53,10 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        match = _HOSTFILE_LINE.fullmatch(line)
-        if not match:
+        entry = host_entry(line, hostfile=True)
+        if entry is None:
             raise ConfigError(f"--hostfile {path!r} line {number}: {line!r}; write 'host', 'host:2' or 'host slots=2'")
-        items.append((match.group(1), int(match.group(2) or 1)))
+        items.append((entry[0], 1 if entry[1] is None else entry[1]))
     if not items:
         raise ConfigError(f"--hostfile {path!r} names no host; write 'host', 'host:2' or 'host slots=2' lines")
     slots: dict[str, int] = {}
@@ -78,10 +73,9 @@ def this_host() -> set[str]:
 def read_nodefile(path: str) -> tuple[tuple[str, int], ...]:
     """The hosts of a PBS node file (one line per slot), in order."""
     try:
-        text = open(path).read()  # noqa: SIM115 - a small text file
+        return _nodefile(path)
     except OSError as exc:
         raise ConfigError(f"PBS node file {path!r}: {exc.strerror}; use --local") from None
-    return nodefile_hosts(text)
 
 
 #: Seconds beyond ``--connect-timeout`` the whole check may take (a login that hangs after the handshake).

@@ -51,7 +51,6 @@ __all__ = [
     "RunConfig",
     "cpu_sets",
     "ensure_descriptors",
-    "group_kind",
     "inherited",
     "launch_plan",
     "prepare_log_dir",
@@ -76,9 +75,8 @@ def run(cfg: RunConfig) -> int:
         code = run(RunConfig(nprocs=2, command=("python", "train.py"), max_restarts=2))
     """
     cfg, env, kind, record = _prepare(cfg)
-    received: list[int] = []
-    current: list[Group] = []
-    code: int | None = None
+    rounds = _Rounds(cfg, env, kind)
+    current, received = rounds.groups, rounds.received
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -91,28 +89,67 @@ def run(cfg: RunConfig) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in FORWARDED}
     old[signal.SIGQUIT] = signal.signal(signal.SIGQUIT, on_quit)  # as the JVM's thread dump: print, go on
-    failures: list[str] = []
-    reforms: list[elastic.Reform] = []
-    never = ""  # the never-formed line (mldist.base.joined), decided once for the console and the record
+    supervisor = elastic.Supervisor(rounds)  # the one loop of elastic runs, fixed worlds' restarts too
     try:
-        while True:
-            group = kind(cfg, env, restart=len(failures))
-            group.reform = reforms[-1] if reforms else None
-            current.append(group)
-            code, failure, never = _round(cfg, group, received, env)
-            nxt = _next_round(cfg, group, code, failure, failures, reforms, received, env)
-            if nxt is None:
-                break
-            cfg = nxt
-        return _formed(code, never, env)
+        return _formed(supervisor.run().code, rounds.never, env)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        code = rounds.code
         if cfg.elastic is not None and code != 0:
             elastic.forget((h for g in current for h, _ in g.cfg.hosts), env)
         if record is not None:
-            reformed = [r.record() for r in reforms]
-            record.end(code, current[-1].procs if current else [], max(len(current) - 1, 0), received, never, reformed)
+            reformed = [r.record() for r in supervisor.reforms]
+            procs = current[-1].procs if current else []
+            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed)
+
+
+class _Rounds:
+    """The supervisor's hooks for ``mldist run`` (:class:`mldist.launch.elastic.Supervisor`): one group a
+    round; after a failure the same world again (``--max-restarts``) or, elastic, a re-formed one.
+
+    ``groups`` holds every round's group, ``received`` the signals the launcher got, ``code`` and
+    ``never`` the last round's exit code and never-formed line (:mod:`mldist.base.joined`).
+    """
+
+    def __init__(self, cfg: RunConfig, env: Mapping[str, str], kind: type[Group]) -> None:
+        self.cfg, self.env, self.kind = cfg, env, kind
+        self.groups: list[Group] = []
+        self.received: list[int] = []
+        self.failures: list[str] = []
+        self.code: int | None = None
+        self.failure: str | None = None
+        self.never = ""
+
+    def start(self, number: int, reform: elastic.Reform | None) -> Group:
+        self.groups.append(self.kind(self.cfg, self.env, restart=number, reform=reform))
+        return self.groups[-1]
+
+    def monitor(self, group: Group) -> tuple[elastic.WorkerState, int]:
+        """The round to its end (:func:`_round`), and where that leaves the world."""
+        code, self.failure, self.never = _round(self.cfg, group, self.received, self.env)
+        self.code, state = code, elastic.WorkerState
+        if self.failure is None:
+            return (state.SUCCEEDED if code == 0 else state.STOPPED), code
+        if code == REQUEUE_CODE or any(s in STOPPING for s in self.received):
+            return state.STOPPED, code
+        return (state.LEAVING if self.cfg.elastic is not None and code == REFORM_CODE else state.FAILED), code
+
+    def probe(self, group: Group) -> dict[str, bool]:
+        """An elastic world's hosts, over mpiexec's ssh; a fixed world asks before its restart (:func:`_round`)."""
+        return elastic.answering([h for h, _ in group.cfg.hosts], self.env) if self.cfg.elastic is not None else {}
+
+    def stop(self, group: Group, answered: Mapping[str, bool], code: int) -> int:
+        return code  # all or nothing: _round ended every worker already
+
+    def recover(
+        self, group: Group, state: elastic.WorkerState, code: int, answered: Mapping[str, bool], reformed: int
+    ) -> elastic.Recovery:
+        """The next round's config (:func:`_next_round`), or the end with the round's code."""
+        nxt, done = _next_round(self.cfg, group, code, self.failure, self.failures, reformed, self.received, self.env,
+                                answered)  # fmt: skip
+        self.cfg = nxt or self.cfg
+        return elastic.Recovery(done, nxt is not None, code)
 
 
 def _round(cfg: RunConfig, group: Group, received: list[int], env: Mapping[str, str]) -> tuple[int, str | None, str]:
@@ -146,32 +183,30 @@ def _next_round(
     code: int,
     failure: str | None,
     failures: list[str],
-    reforms: list[elastic.Reform],
+    reformed: int,
     received: list[int],
     env: Mapping[str, str],
-) -> RunConfig | None:
+    answered: Mapping[str, bool],
+) -> tuple[RunConfig | None, elastic.Reform | None]:
     """After a round: the next one's config (the same world restarted, or a re-formed elastic one), or
-    None to end. ``failures`` and ``reforms`` grow with each new round."""
+    None to end, and an elastic run's record of the re-forming. ``failures`` grows with each new round;
+    ``reformed``: how many times the world re-formed before; ``answered``: the supervisor's probe."""
     stopping = any(s in STOPPING for s in received)
     if failure is None or code == REQUEUE_CODE or stopping:
-        return None
+        return None, None
     failures.append(failure)
     if cfg.elastic is not None and code == REFORM_CODE:  # the workers left at a commit for hosts that joined
-        nxt, done = elastic.grow(cfg, env, len(reforms), group.failed_at or time.monotonic())
-        reforms.append(done)
-        return nxt
+        return elastic.grow(cfg, env, reformed, group.failed_at or time.monotonic())
     if cfg.elastic is not None:  # re-form on the hosts that remain, or end
         seen = group.failed_at or time.monotonic()
         asked_to_stop = lambda: any(s in STOPPING for s in received)  # noqa: E731
-        nxt, done = elastic.reform(cfg, group.named_lines, env, asked_to_stop, len(reforms), seen)
-        reforms.append(done)
-        return nxt
+        return elastic.reform(cfg, group.named_lines, env, asked_to_stop, reformed, seen, answered)
     if len(failures) > cfg.max_restarts:
         if cfg.max_restarts:
             say(f"giving up after {cfg.max_restarts} restart(s); failures: " + "; ".join(failures))
-        return None
+        return None, None
     say(f"restarting the group ({len(failures)} of {cfg.max_restarts}) after: {failure}")
-    return cfg
+    return cfg, None
 
 
 def _formed(code: int, never: str, env: Mapping[str, str]) -> int:
@@ -239,7 +274,7 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
     """The engine, decided by :func:`mldist.placement.engines.decide_with` from what this host shows, and
     how the workers start: through mpiexec when they must form one MPI world, else directly.
 
-    The workers get the decision in ``MLDIST_ENGINE`` and check it against what they see.
+    The workers get the whole decision (:mod:`mldist.placement.handed`) and take it where it fits them.
 
     Args:
         cfg: what to run.
@@ -263,11 +298,6 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
             raise ConfigError(f"{who} starts the workers on the other hosts, but {world} (or --local: this node only)")
         return decision, GROUPS[cfg.allocation.scheduler] if cfg.allocation is not None else RemoteGroup
     return decision, MpiexecGroup if decision.mpi_world else DirectGroup
-
-
-def group_kind(cfg: RunConfig, env: Mapping[str, str]) -> type[Group]:
-    """How the workers of ``cfg`` start (see :func:`launch_plan`)."""
-    return launch_plan(cfg, env)[1]
 
 
 def _world_to_form(nprocs: int, env: Mapping[str, str]) -> engines.MpiWorld | str:

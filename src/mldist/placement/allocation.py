@@ -1,4 +1,5 @@
-"""Whether ``mldist run`` is inside a batch allocation, and what that allocation holds (pure).
+"""Whether ``mldist run`` is inside a batch allocation, and what that allocation holds (pure, but for
+:func:`read_nodefile`: the one reader of PBS node files).
 
 After ``salloc -N 2``, inside an ``sbatch`` script or a PBS job (``qsub -I`` too), ``mldist run``
 places its workers over the allocation's nodes through the scheduler's own launcher (srun; Open
@@ -78,3 +79,15 @@ def nodefile_hosts(text: str) -> tuple[tuple[str, int], ...]:
     for line in filter(None, (raw.strip() for raw in text.splitlines())):
         counts[line] = counts.get(line, 0) + 1
     return tuple(counts.items())
+
+
+def read_nodefile(path: str) -> tuple[tuple[str, int], ...]:
+    """``(host, slots)`` of the PBS node file at ``path`` (:func:`nodefile_hosts`); OSError when it cannot be
+    read. What ``mldist run`` spreads over and what the placement of a PBS rank reads.
+
+    Example::
+
+        read_nodefile(os.environ["PBS_NODEFILE"])   # (('x1.hsn', 4), ('x2.hsn', 4))
+    """
+    with open(path, encoding="utf-8") as fh:
+        return nodefile_hosts(fh.read())

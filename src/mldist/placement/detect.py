@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import DetectionError
+from .allocation import read_nodefile
 from .hostlist import expand_hostlist, expand_tasks_per_node
 
 Env = Mapping[str, str]
@@ -86,13 +87,11 @@ def _int(env: Env, names: tuple[str, ...], launcher: str, what: str) -> int | No
 
 
 def _read_nodefile(path: str) -> tuple[str, ...]:
-    """Unique host names of a PBS node file, in first-seen order."""
+    """Unique host names of a PBS node file, in first-seen order (:func:`mldist.placement.allocation.read_nodefile`)."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            names = [line.strip() for line in fh if line.strip()]
+        return tuple(host for host, _ in read_nodefile(path))
     except OSError as exc:
         raise DetectionError(f"PBS_NODEFILE={path!r} cannot be read ({exc.strerror})") from None
-    return tuple(dict.fromkeys(names))
 
 
 def slurm_rank_nodes(tasks_per_node: list[int], distribution: str) -> tuple[int, ...]:

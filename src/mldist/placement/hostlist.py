@@ -93,3 +93,28 @@ def expand_tasks_per_node(text: str) -> list[int]:
             raise DetectionError(f"bad tasks-per-node item {item!r} in {text!r}")
         counts.extend([int(m.group(1))] * int(m.group(2) or 1))
     return counts
+
+
+#: A host name of a host list (``-H``, ``--hostfile``, a discovery script's lines): a name or an address,
+#: never a shell word.
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
+#: The one grammar of a host list's entry: ``host`` or ``host:slots``; hostfiles also say ``host slots=N``.
+#: The name part is wide on purpose: a name that :data:`HOST_NAME` refuses gets its own message.
+_ENTRY = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
+_HOSTFILE_ENTRY = re.compile(r"([A-Za-z0-9_.-]+)(?:(?::|\s+slots=)([0-9]{1,4}))?")
+
+
+def host_entry(text: str, hostfile: bool = False) -> tuple[str, int | None] | None:
+    """``(host, slots)`` of one entry of a host list (slots None where it gives none), or None when the
+    entry is not ``host`` or ``host:slots`` (with ``hostfile``: ``host slots=N`` too).
+
+    Example:
+        >>> host_entry("node1:2"), host_entry("node1"), host_entry("node1 slots=4", hostfile=True)
+        (('node1', 2), ('node1', None), ('node1', 4))
+        >>> host_entry("node1; rm -rf /") is None
+        True
+    """
+    match = (_HOSTFILE_ENTRY if hostfile else _ENTRY).fullmatch(text)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2)) if match.group(2) is not None else None

@@ -7,6 +7,7 @@ fail on lost nodes.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -66,6 +67,10 @@ def test_a_lost_node_re_forms_the_world_on_the_rest(tmp_path: Path) -> None:
         "mldist: lost node node3 (it does not answer); re-forming the world on node1,node2: 4 worker(s)" in res.stdout
     )
     assert (tmp_path / "run" / "elastic.json").stat().st_mode & 0o077 == 0
+    # The one re-forming record (mldist.launch.elastic.supervisor.Reform), as -H runs' summary.json has it.
+    (kept,) = json.loads((tmp_path / "run" / "elastic.json").read_text())["reforms"]
+    assert (kept["lost"], kept["why"], kept["before"], kept["after"]) == (["node3"], "it does not answer", 6, 4)
+    assert 0 < kept["hosts_checked_s"] <= kept["restart_s"] < PROBE_TIMEOUT, kept
 
 
 @pytest.mark.parametrize(("requeue", "code"), [((), 1), (("--requeue",), 75)])

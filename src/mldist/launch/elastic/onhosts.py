@@ -11,7 +11,10 @@ state (``hvd.elastic``, ``mldist.keras.Elastic``) resumes from its last commit. 
 ``--elastic-timeout``, then ends with one line. ``--reset-limit`` bounds the re-forms.
 
 This is how torchrun re-forms, and the honest way with MPI: a running MPI world cannot
-drop a rank, so every engine (MPI, RING, JAX) starts anew.
+drop a rank, so every engine (MPI, RING, JAX) starts anew. The rounds run in the one elastic
+supervisor (:mod:`.supervisor`; ``mldist.launch.local`` gives its hooks); this module holds what
+is particular to hosts: the ssh probe, mpiexec's lines that name a lost host, the plan of the
+next world and the discovery script.
 
 Example:
     >>> plan((("hx1", 1), ("hx2", 1), ("hx3", 1)), {"hx3"}, min_np=2, max_np=3)
@@ -30,15 +33,15 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from ..base import rejoin
-from ..base.files import atomic_write
-from ..errors import LaunchError
-from .config import ElasticConfig, RunConfig
-from .hosts import ssh_agent as _agent
-from .procs import ended_at, say
+from ...base import rejoin
+from ...base.files import atomic_write
+from ...errors import LaunchError
+from ...placement.hostlist import HOST_NAME, host_entry
+from ..config import ElasticConfig, RunConfig
+from ..hosts import ssh_agent as _agent
+from ..procs import ended_at, say
+from .supervisor import Reform, named, probe
 
 Hosts = tuple[tuple[str, int], ...]
 
@@ -51,7 +54,6 @@ FAILED_ON = re.compile(r"mldist run: rank [0-9]+ (?:exited with code|was killed 
 PROBE_TIMEOUT, PROBE_EVERY = 10.0, 3.0
 #: Seconds the discovery script may take, and between two of its runs during a round.
 DISCOVERY_TIMEOUT, DISCOVER_EVERY = 10.0, 1.0
-_DISCOVERED = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]{0,252})(?::([0-9]{1,4}))?")
 
 
 def parse_discovered(text: str, slots: int) -> Hosts:
@@ -67,11 +69,11 @@ def parse_discovered(text: str, slots: int) -> Hosts:
     """
     hosts: list[tuple[str, int]] = []
     for line in filter(None, (raw.strip() for raw in text.splitlines())):
-        match = _DISCOVERED.fullmatch(line)
-        if not match or match.group(2) == "0":
+        entry = host_entry(line)
+        if entry is None or not HOST_NAME.fullmatch(entry[0]) or entry[1] == 0:
             raise LaunchError(f"--host-discovery-script printed {line!r:.60}: print host or host:slots lines")
-        if match.group(1) not in {h for h, _ in hosts}:
-            hosts.append((match.group(1), int(match.group(2) or slots)))
+        if entry[0] not in {h for h, _ in hosts}:
+            hosts.append((entry[0], slots if entry[1] is None else entry[1]))
     return tuple(hosts)
 
 
@@ -149,14 +151,7 @@ def named_hosts(lines: Iterable[str]) -> list[str]:
         ...              "with code 3 on hx2; stopping", "[0] epoch 2", "  Remote host:   hx4", "  Local host: vm"])
         ['hx3', 'hx2', 'hx4']
     """
-    found: list[str] = []
-    for line in lines:
-        for pattern in (LOST_DAEMON, FAILED_ON):
-            match = pattern.search(line)
-            host = next((g for g in match.groups() if g), "").rstrip(";,") if match else ""
-            if host and host not in found:
-                found.append(host)
-    return found
+    return named(lines, (LOST_DAEMON, FAILED_ON))
 
 
 def ssh_agent(env: Mapping[str, str]) -> list[str]:
@@ -173,37 +168,27 @@ def answering(
     hosts: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT, command: str = "true"
 ) -> dict[str, bool]:
     """Whether each host runs ``command`` (``true``) over ssh within ``timeout`` (asked in parallel)."""
-    agent, found = ssh_agent(env), {}
-
-    def ask(host: str) -> None:
-        try:
-            argv = [*agent, host, command]
-            res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False, env=dict(env))
-            found[host] = res.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            found[host] = False
-
-    threads = [threading.Thread(target=ask, args=(host,), daemon=True) for host in hosts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout + 1)
-    return {host: found.get(host, False) for host in hosts}
+    agent = ssh_agent(env)
+    return probe(hosts, lambda host: [*agent, host, command], env, lambda _: timeout)
 
 
-def lost_hosts(hosts: Hosts, said: Iterable[str], env: Mapping[str, str]) -> tuple[list[str], str]:
+def lost_hosts(
+    hosts: Hosts, said: Iterable[str], env: Mapping[str, str], answered: Mapping[str, bool] | None = None
+) -> tuple[list[str], str]:
     """The hosts of a round that ended in a failure that are lost, and why, in words.
 
-    Hosts that do not answer are lost. When every host answers, the host mpiexec or a shim named
-    first is left out, as Horovod leaves out a host whose worker failed.
+    Hosts that do not answer (``answered``: the supervisor's probe, else asked now) are lost. When every
+    host answers, the host mpiexec or a shim named first is left out, as Horovod leaves out a host whose
+    worker failed.
     """
     in_order = sorted(said, key=ended_at)  # the worker that ended first, by the shims' clocks, is the cause
-    named = [h for h in named_hosts(in_order) if h in {host for host, _ in hosts}]
-    silent = [host for host, ok in answering([h for h, _ in hosts], env).items() if not ok]
+    failed = [h for h in named_hosts(in_order) if h in {host for host, _ in hosts}]
+    asked = answered if answered is not None else answering([h for h, _ in hosts], env)
+    silent = [host for host, ok in asked.items() if not ok]
     if silent:
         return silent, "does not answer over ssh" if len(silent) == 1 else "do not answer over ssh"
-    if named:
-        return named[:1], "its worker failed"
+    if failed:
+        return failed[:1], "its worker failed"
     return [], ""
 
 
@@ -220,29 +205,6 @@ RESUMED = rejoin.RESUMED  # the workers' line once they resumed (mldist.base.rej
 RUN_ENV = rejoin.RUN_ENV
 
 
-@dataclass
-class Reform:
-    """One re-forming of the world, for the run's summary (``summary.json["elastic"]``).
-
-    Times are seconds on the launcher's clock from the moment it saw the failure.
-    """
-
-    lost: list[str]
-    why: str
-    before: int
-    seen_at: float
-    joined: list[str] = dataclasses.field(default_factory=list)
-    after: int = 0
-    hosts_checked_s: float = 0.0
-    resumed_s: float | None = None
-
-    def record(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out.pop("seen_at")  # a monotonic clock's reading: meaningless in a file
-        out["loss_to_resume_s"] = out.pop("resumed_s")
-        return out
-
-
 def reform(
     cfg: RunConfig,
     said: Sequence[str],
@@ -250,6 +212,7 @@ def reform(
     stopping: Callable[[], bool],
     count: int,
     seen_at: float,
+    answered: Mapping[str, bool] | None = None,
 ) -> tuple[RunConfig | None, Reform]:
     """After a failed round of an elastic run: the next round's config (None: end the run) and its record.
 
@@ -260,10 +223,11 @@ def reform(
         stopping: whether the launcher was asked to stop meanwhile.
         count: how many times the world re-formed before.
         seen_at: when the launcher saw the failure (``time.monotonic()``).
+        answered: whether each host of the round answered the supervisor's probe (None: ask now).
     """
     assert cfg.elastic is not None
     elastic, t0 = cfg.elastic, time.monotonic()
-    lost, why = lost_hosts(cfg.hosts, said, env)
+    lost, why = lost_hosts(cfg.hosts, said, env, answered)
     record = Reform(lost=lost, why=why, before=cfg.nprocs, seen_at=seen_at)
     pool = cfg.hosts
     if elastic.discovery:  # the script's hosts now (a lost host it still lists stays lost until it answers)
