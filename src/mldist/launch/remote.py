@@ -33,6 +33,7 @@ from typing import IO
 from ..base.procs import die_with_parent
 from ..errors import LaunchError
 from ..placement.cluster import assign_ports, port_base
+from ..placement.handed import HANDED
 from . import elastic
 from .config import RunConfig
 from .groups import Group
@@ -215,7 +216,7 @@ class RemoteGroup(Group):
         extra = {
             **run_env(cfg, self.run_id, self.restart),
             "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
-            **({"MLDIST_ENGINE": self.engine} if self.engine else {}),
+            **({"MLDIST_ENGINE": self.engine, HANDED: self.handed} if self.engine else {}),
             # For Keras's initialize() (placement.common): rank 0 is on the first host (mpiexec fills its
             # slots first); its port, from this start's id as batch jobs take theirs from the job's.
             "MLDIST_COORDINATOR": f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",

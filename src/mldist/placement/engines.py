@@ -6,13 +6,14 @@ The launcher (``mldist run``), every worker (``mldist.init``), ``mldist env`` an
 a GPU, its placement and, only when it matters, the MPI world it joined (or why
 none). The result, a :class:`Decision` (engine, backend, why, MPI library), is what
 the launcher's ``RunConfig``, the run directory's ``config.json`` and the worker's
-context carry. The launcher passes its decision to the workers (``MLDIST_ENGINE``);
-a worker whose own facts give another answer uses its own and says so in one line
-(:func:`announcement`).
+context carry. The launcher hands its whole decision to the workers, with the facts it rests
+on (:mod:`mldist.placement.handed`); a worker takes it when those facts are its own too, and
+decides for itself only when no launcher of ours started it (a bare srun, mpirun or aprun) or
+its facts differ, saying so in one line (:func:`announcement`).
 
 Example:
     >>> decide("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=MpiWorld(0, 2, "Open MPI v5"))
-    Decision(name='mpi', reason='', backend='tensorflow', library='Open MPI v5')
+    Decision(name='mpi', reason='', backend='tensorflow', library='Open MPI v5', by='')
     >>> decide("auto", rank=0, size=2, launcher="tf_config", gpu=False, mpi=None).name
     'ring'
     >>> decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None).name
@@ -27,12 +28,14 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from ..base import envvalues
 from ..errors import ConfigError
 from . import backend as keras_backends
 
 COMMUNICATIONS = ("auto", "mpi", "ring", "nccl")
-#: The variable in which the launcher hands its decision to the workers.
-DECIDED = "MLDIST_ENGINE"
+#: The variable in which the launcher hands the engine's name to the workers (for scripts: a worker
+#: reads the whole decision, :data:`mldist.placement.handed.HANDED`).
+DECIDED = envvalues.ENGINE.name
 
 #: How to make mpi4py's world match the launcher's, per launcher (else :data:`DEFAULT_MPI_FIX`).
 MPI_FIXES = {
@@ -66,12 +69,14 @@ class Decision:
         reason: why, when it is not the obvious one ("" otherwise).
         backend: the Keras backend ("tensorflow" or "jax"; see :mod:`mldist.placement.backend`).
         library: the MPI library's version line when the engine is "mpi" ("" otherwise).
+        by: who decided when it was not this process: "mldist run", whose decision a worker took.
     """
 
     name: str
     reason: str = ""
     backend: str = keras_backends.DEFAULT
     library: str = ""
+    by: str = ""
 
     @property
     def fallback(self) -> bool:
@@ -236,7 +241,7 @@ def decide_with(
 
     Example:
         >>> decide_with(None, {"KERAS_BACKEND": "jax"}, rank=0, size=2, launcher="mldist", gpu=False, mpi=lambda: None)
-        Decision(name='jax', reason='', backend='jax', library='')
+        Decision(name='jax', reason='', backend='jax', library='', by='')
     """
     comm = requested_engine(requested, env)
     keras = keras_backends.keras_backend(env, keras_backends.read_config(env), loaded=loaded_backend)
@@ -246,7 +251,8 @@ def decide_with(
 
 def announcement(decided: str | None, mine: Decision) -> str:
     """What rank 0 says of its decision in one line: why the engine is not the obvious one, or
-    differs from the launcher's (``decided``, from ``MLDIST_ENGINE``); "" when there is nothing to say.
+    differs from the launcher's (``decided``: the engine it handed, :mod:`mldist.placement.handed`); "" when there
+    is nothing to say.
 
     Example:
         >>> announcement(None, Decision("ring", "mpi4py is not installed"))

@@ -1,8 +1,8 @@
-"""Every private TensorFlow/Keras access mldist needs, in one place.
+"""Every private TensorFlow/Keras/JAX/CPython access mldist needs, in one place.
 
-A TensorFlow or Keras upgrade that renames one of these breaks here, and
+A TensorFlow, Keras, JAX or Python upgrade that renames one of these breaks here, and
 only here. Each function says what it reaches into and why there is no
-public way.
+public way. What mldist replaces process-wide is listed in :mod:`mldist.runtime.patches`.
 
 Example::
 
@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -138,3 +139,41 @@ def failing_when(flag: Any, outputs: list[Any], text: str) -> list[Any]:
     gate = tf.cond(flag, fail, lambda: tf.constant(0.0))
     with tf.control_dependencies([gate]):
         return [tf.identity(o) for o in outputs]
+
+
+def jax_formed_group() -> bool:
+    """Whether ``jax.distributed`` formed a group of 2+ in this process (read only if JAX is imported).
+
+    JAX's public ``process_count()`` would start a backend (at exit, too); its private global state
+    keeps the coordinator's address and the process count, even after JAX's own shutdown at exit.
+    """
+    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+    return bool(getattr(state, "coordinator_address", None)) and (getattr(state, "num_processes", None) or 0) > 1
+
+
+def tf_formed_cluster() -> bool:
+    """Whether a tf.distribute strategy started TensorFlow's collectives over a cluster in this process
+    (read only if TensorFlow is imported).
+
+    The eager context keeps the server definition the strategy gave it; no public call reads it.
+    """
+    eager = sys.modules.get("tensorflow.python.eager.context")
+    return eager is not None and getattr(eager.context_safe(), "_collective_ops_server_def", None) is not None
+
+
+def freed_by_the_interpreter() -> bool:
+    """Whether the caller of the caller (an ``__del__``) runs with no Python frame below: freed from C.
+
+    The exception that ends the interpreter is freed so, after the main module's last frame is gone;
+    one that Python code caught is freed with that code's frames on the stack. ``sys._getframe`` is
+    CPython's; there is no public way to ask.
+
+    Example:
+        >>> freed_by_the_interpreter()  # a doctest's frames are on the stack
+        False
+    """
+    try:
+        sys._getframe(2)
+    except ValueError:
+        return True
+    return False

@@ -114,6 +114,8 @@ class JaxEngine(WholeWorld):
     #: JAX's CPU collectives ("gloo", a user's choice) or "" on GPUs; Gloo loop threads moved to SCHED_IDLE.
     cpu_collectives = ""
     idled: tuple[int, ...] = ()
+    #: Whether ``start`` formed JAX's group (False when the script formed it first: ``adopt``).
+    formed = False
 
     def prepare(self, placement: Placement, plan: ThreadPlan, env: Mapping[str, str]) -> int | None:
         """Before JAX starts: thread and collective settings; the pinned GPU (or None)."""
@@ -152,7 +154,7 @@ class JaxEngine(WholeWorld):
                 # (JAX's default is [::]:port); its gRPC has no authentication.
                 coordinator_bind_address=spec.workers[0] if spec.rank == 0 else None,
             )
-            jax.distributed.initialize = joined(jax.distributed.initialize, spec.rank, spec.size)
+            self.formed = True  # mldist.runtime.patches makes a later initialize() for this world do nothing
         set_data_parallel(spec.size)  # JAX's backend starts here, and Gloo's event loop with it
         self._idle_event_loop(spec.rank)
         self._seed_alike(spec.rank)
@@ -287,7 +289,8 @@ def adopt(index: int, count: int, rank: int, size: int) -> None:
 
 
 def joined(initialize: Callable[..., None], rank: int, size: int) -> Callable[..., None]:
-    """``jax.distributed.initialize`` once mldist formed the group: a call for this world does nothing.
+    """``jax.distributed.initialize`` once mldist formed the group: a call for this world does nothing
+    (:mod:`mldist.runtime.patches` installs it).
 
     Scripts written for Keras call ``keras.distribution.initialize()``, which calls JAX's, which
     allows one call per process. After ``mldist.init()`` that call finds its group formed; one

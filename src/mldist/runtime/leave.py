@@ -28,6 +28,7 @@ from typing import NoReturn
 
 from ..base.files import atomic_write
 from ..errors import REQUEUE_CODE
+from . import compat
 from .context import STATE, current
 
 #: The launcher's private directory for each rank's last words (``note-R``).
@@ -111,13 +112,13 @@ class Exit(SystemExit):
 
     When the interpreter ends on it, it is freed from C with no Python frame on the stack:
     that is how a caught ``sys.exit(2)`` (argparse in a library, a test runner) tells itself
-    apart from the one that really ends the process.
+    apart from the one that really ends the process. Nothing more explicit tells them apart:
+    that last one is freed before ``atexit`` runs and before ``sys.is_finalizing()`` turns true,
+    and Python hands its exit code to no hook (:func:`mldist.runtime.compat.freed_by_the_interpreter`).
     """
 
     def __del__(self) -> None:
-        try:
-            sys._getframe(1)
-        except ValueError:
+        if compat.freed_by_the_interpreter():
             _Ending.seen, _Ending.code = True, self.code
 
 
@@ -128,13 +129,12 @@ class _Ending:
     code: object = None
 
 
-def _exit(status: object = None) -> NoReturn:
+def sys_exit(status: object = None) -> NoReturn:
+    """``sys.exit`` once ``init`` ran with 2+ workers (:mod:`mldist.runtime.patches`): raise :class:`Exit`.
+
+    A literal ``raise SystemExit(n)`` is not seen.
+    """
     raise Exit(status)
-
-
-def install_exit_hook() -> None:
-    """Make ``sys.exit`` raise :class:`Exit` (``init`` calls it; a literal ``raise SystemExit(n)`` is not seen)."""
-    sys.exit = _exit
 
 
 def ending_code() -> int | None:

@@ -7,10 +7,12 @@ Two things, both for scripts that never call mldist:
   the launcher could not set them per rank (the ranks of a batch job, started by srun,
   mpiexec, aprun or PALS). Never over a value already set.
 - At exit, a note on whether this worker joined a group, and how (:mod:`mldist.base.joined`):
-  the launcher says one line when the workers never formed one.
+  the launcher says one line when the workers never formed one (``MLDIST_GROUP_NOTE=0``: no note).
 
-Nothing here imports TensorFlow or JAX; importing mldist costs a worker that never imports it
-itself about 50 ms at start (one that does pays it anyway).
+The hook imports this module only in a Python that a launcher's variables make a worker
+(``sitecustomize.py`` looks first, reading the environment alone). Nothing here imports TensorFlow
+or JAX; importing mldist costs a worker that never imports it itself about 60 ms at start, more
+on a loaded machine (one that does pays it anyway); any other Python, about a millisecond.
 
 Example::
 
@@ -26,11 +28,13 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from ..base import joined, progress
+from ..base import envvalues, joined, progress
+from ..base.envparse import Setting
 from ..errors import MldistError
 from ..placement import common
 from ..placement.cluster import assign_ports, build_cluster_spec, port_base
 from ..placement.detect import detect
+from . import compat
 
 #: The worker's own pid, for the Python processes it starts in turn (they inherit PYTHONPATH).
 _FIRST = "MLDIST_HOOK_PID"
@@ -47,9 +51,24 @@ def begin(environ: MutableMapping[str, str]) -> None:
     environ[_FIRST] = str(os.getpid())
     rank = fill(environ)
     where = progress.folder(environ)
-    if rank is not None and where is not None:
+    if rank is not None and where is not None and _wanted(envvalues.GROUP_NOTE, environ):
         # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
         atexit.register(_note, where, rank)
+
+
+def _wanted(setting: Setting[bool], environ: MutableMapping[str, str]) -> bool:
+    """A yes/no setting, its default when the value is bad: the hook never stops a program
+    (``mldist run`` and ``mldist.init()`` refuse the value in one line).
+
+    Example:
+        >>> note = envvalues.GROUP_NOTE
+        >>> _wanted(note, {"MLDIST_GROUP_NOTE": "0"}), _wanted(note, {"MLDIST_GROUP_NOTE": "?"}), _wanted(note, {})
+        (False, True, True)
+    """
+    try:
+        return setting.read(environ)
+    except MldistError:
+        return setting.default
 
 
 def fill(environ: MutableMapping[str, str]) -> int | None:
@@ -88,15 +107,10 @@ def how_joined() -> str:
     ctx = getattr(getattr(context, "STATE", None), "ctx", None)
     if ctx is not None and ctx.size > 1:
         return "mldist.init"
-    # JAX keeps the address and the count after its own shutdown at exit.
-    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
-    if getattr(state, "coordinator_address", None) and (getattr(state, "num_processes", None) or 0) > 1:
+    if compat.jax_formed_group():
         return "jax.distributed"
-    eager = sys.modules.get("tensorflow.python.eager.context")
-    if eager is not None:
-        tf_context = eager.context_safe()
-        if getattr(tf_context, "_collective_ops_server_def", None) is not None:  # a strategy over a cluster
-            return "tf.distribute"
+    if compat.tf_formed_cluster():
+        return "tf.distribute"
     return joined.ALONE
 
 

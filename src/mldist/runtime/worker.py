@@ -14,17 +14,16 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..base import envvalues
 from ..errors import ConfigError, MldistError, UnsupportedError
-from ..placement import Placement, backend, build_cluster_spec, detect, engines
+from ..placement import Placement, backend, build_cluster_spec, detect, engines, handed
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import (
     ThreadPlan,
@@ -34,7 +33,7 @@ from ..placement.resources import (
     openmp_defaults,
     thread_plan,
 )
-from . import compat, engine, failures, leave, stall, watchdog
+from . import engine, leave, patches, stall, watchdog
 from .context import STATE, Context, context, current, is_chief, local_rank, local_size, rank, size
 
 __all__ = [
@@ -97,7 +96,8 @@ def decide_here(
     env: Mapping[str, str] = os.environ,
     keras: str | None = None,
 ) -> engines.Decision:
-    """This worker's decision (:func:`mldist.placement.engines.decide_with`), as a worker gathers its facts.
+    """This worker's decision, as a worker gathers its facts: its launcher's when ``env`` hands one that
+    fits them, else its own (:func:`mldist.placement.handed.decide`).
 
     Joins the MPI world first when the decision needs it (see ``needs_mpi_probe``). ``init``,
     ``mldist env`` and ``mldist doctor`` all decide through here.
@@ -109,7 +109,8 @@ def decide_here(
         env: the environment.
         keras: the Keras backend when Keras is already imported (it wins), else None (from ``env``).
     """
-    return engines.decide_with(
+    return handed.decide(
+        handed.handed_in(env),
         requested,
         env,
         rank=placement.rank,
@@ -128,16 +129,15 @@ def _collectives(
     decision = decide_here(placement, requested, has_gpu, keras=keras)
     if placement.size == 1:
         return None, decision, ()
-    if line := engines.announcement(os.environ.get(engines.DECIDED), decision):
+    sent = handed.handed_in(os.environ)
+    if line := engines.announcement(sent.decision.name if sent is not None else None, decision):
         _say(line, placement.rank)
     eng = engine.get(decision.name)
     strategy, workers = eng.start(tf, placement)
     STATE.engine = eng
     if stall.collective_timeout(os.environ) > 0:
         stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf), size=placement.size)
-    # After the engine's own exit handler: atexit runs the last registered first.
-    leave.install_exit_hook()
-    atexit.register(leave.at_exit)
+    patches.exit_codes()  # after the engine's own exit handler: atexit runs the last registered first
     return strategy, decision, workers
 
 
@@ -157,6 +157,7 @@ def _refuse_bad_values(env: Mapping[str, str]) -> None:
     """
     try:
         envvalues.check(env)
+        handed.handed_in(env)  # the launcher's decision, should a worker's environment have mangled it
     except ConfigError as exc:
         where: int | None = None
         with contextlib.suppress(MldistError):  # the rank, if the launcher's variables give one of 2+
@@ -196,7 +197,7 @@ def init(
     comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
     _refuse_bad_values(os.environ)  # a bad MLDIST_* value stops here, before any side effect
-    sys.excepthook = failures.one_line_errors
+    patches.one_line_errors()
     keras = backend.check_supported(_keras_backend())
     leave.remember_stderr()
     watchdog.watch_launcher(os.environ)
@@ -236,7 +237,7 @@ def _start_tensorflow(placement: Placement, comm: str, plan: ThreadPlan, soft: b
     """TensorFlow's threads and GPU, then the engine; (GPU, decision, workers)."""
     import tensorflow as tf
 
-    compat.never_convert("mldist")
+    patches.autograph_leaves_mldist()
     _apply_threads(tf, plan, soft)
     gpu = _pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
@@ -252,13 +253,15 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
     """
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(plan.intra_op))
     os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(plan.inter_op))
-    from .jax_engine import set_data_parallel
+    from .jax_engine import JaxEngine, set_data_parallel
 
-    eng = engine.get("jax")
-    gpu = eng.prepare(placement, plan, os.environ)  # type: ignore[attr-defined]
+    eng = cast(JaxEngine, engine.get("jax"))
+    gpu = eng.prepare(placement, plan, os.environ)
     _, decision, workers = _collectives(None, placement, comm, gpu is not None, "jax")
     if placement.size == 1:
         set_data_parallel(1)
+    if eng.formed:  # not when the script formed JAX's group first: its own initialize() was that one
+        patches.jax_initialize_once(placement.rank, placement.size)
     return gpu, decision, workers
 
 

@@ -30,7 +30,7 @@ from ..base import envvalues
 from ..base.procs import STARTUP_NOISE
 from ..base.secrets import redact
 from ..errors import MldistError
-from ..placement import Placement, backend, build_cluster_spec, detect
+from ..placement import Placement, backend, build_cluster_spec, detect, handed
 from ..placement.engines import requested_engine
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, thread_plan
@@ -198,19 +198,21 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
 
 
 def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict[str, str]:
-    """The engine ``init`` would choose (the same function decides), the MPI library behind it, and why.
+    """The engine ``init`` would choose (the same function decides), the MPI library behind it, why,
+    and who decided: the launcher that handed its decision (``mldist run``), or this process.
 
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
     """
     # What was asked, as given: a value that fails the check below is shown too.
     asked = env.get("MLDIST_COMMUNICATION") or "auto"
-    out = {"requested": asked, "choice": "none (one process)", "mpi_library": "", "reason": ""}
+    out = {"requested": asked, "choice": "none (one process)", "mpi_library": "", "reason": "", "decided": ""}
     try:
         out["requested"] = requested_engine(None, env)
         if placement.size == 1:
             return out
         decision = decide_here(placement, out["requested"], has_gpu, env)
         out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": decision.library}
+        out["decided"] = handed.provenance(decision, handed.handed_in(env) is not None)
     except MldistError as exc:
         out |= {"choice": "error", "reason": str(exc)}
     return out
@@ -252,5 +254,6 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"engine    {e['choice']} (asked: {e['requested']})" + (f" - {e['reason']}" if e["reason"] else "")
         )
         lines += [f"mpi       {e['mpi_library']}"] if e["mpi_library"] else []
+        lines += [f"decided   {e['decided']}"] if e.get("decided") else []
     lines += [f"error     {e}" for e in report["errors"]]
     return "\n".join(lines)
