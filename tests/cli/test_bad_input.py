@@ -260,6 +260,7 @@ BAD_VALUES = [
     ("MLDIST_REQUIRE_GROUP", "maybe", "is not yes or no: set it to 1, yes or true"),
     ("MLDIST_INTRA_OP", "abc", "is not a thread count"),
     ("MLDIST_HOOK", "off", "is not yes or no"),
+    ("MLDIST_GROUP_NOTE", "off", "is not yes or no"),  # issue 48: the never-formed note's own switch
 ]
 _BAD_IDS = [f"{name[7:].lower()}={value}" for name, value, _ in BAD_VALUES]
 #: A worker that says so as soon as it starts, then joins the group.
