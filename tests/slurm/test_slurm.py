@@ -19,6 +19,7 @@ import pytest
 
 from helpers import PY, ROOT, mldist, wait_for_progress
 from helpers import wait_for as wait_until
+from mldist.launch.elastic.supervisor import Reform
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 Submit = Callable[..., str]
@@ -281,6 +282,11 @@ def test_an_elastic_job_loses_a_node_and_completes_without_requeue(
     assert "DONE 1 2" in _text(out / "rank-1.log"), why
     reforms = json.loads((out / "run" / "elastic.json").read_text())["reforms"]
     assert [(r["lost"], r["before"], r["after"]) for r in reforms] == [(["node3"], 3, 2)], reforms
+    # At the end, summary.json as mldist run -H writes it: the same re-form record, how the job ended.
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    assert summary["elastic"]["reforms"] == reforms and summary["elastic"]["min_nodes"] == 2, summary
+    assert (summary["status"], summary["exit_code"], summary["restarts"]) == ("ok", 0, 1), summary
+    assert set(reforms[0]) == set(Reform(["n"], "why", 3, 0.0).record()), reforms  # the -H runs' fields
 
     # `mldist status` while it ran: the epoch, a rate and a time left that fell; after: the final figures.
     left = [float(m.group(1)) for line in shown if (m := re.search(r", ([0-9.]+) s left \(written", line))]

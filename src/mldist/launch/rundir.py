@@ -158,6 +158,44 @@ def shell_code(returncode: int | None) -> int | None:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def elastic_job_summary(
+    run_dir: str | os.PathLike[str],
+    code: int,
+    started: str,
+    wall: float,
+    ranks: int,
+    reforms: Sequence[Mapping[str, Any]],
+    **bounds: int,
+) -> Path:
+    """Write summary.json of an elastic batch job at its end: how it ended, the workers' reports, and the same
+    ``elastic.reforms`` record as ``mldist run -H``'s (:meth:`Record.end`); its path.
+
+    Args:
+        run_dir: the job's run directory.
+        code: the job's exit code.
+        started: when the agent started (:func:`mldist.base.rundir.now_iso`).
+        wall: seconds from start to end.
+        ranks: ranks of the last round.
+        reforms: each re-forming's record, in order.
+        bounds: the elastic bounds (``min_nodes=2``), kept beside the record.
+
+    Example::
+
+        elastic_job_summary(run_dir, 0, started, 40.2, 2, [reform.record()], min_nodes=2)
+    """
+    summary: dict[str, Any] = {
+        "status": status_of(code, ()),
+        "exit_code": code,
+        "restarts": len(reforms),
+        "wall_seconds": round(wall, 3),
+        "started": started,
+        "ended": now_iso(),
+        **merge_reports(read_reports(run_dir), ranks),
+        "elastic": {**bounds, "reforms": list(reforms)},
+    }
+    return write_json(Path(run_dir) / "summary.json", summary)
+
+
 def status_of(code: int | None, signals: Sequence[int]) -> str:
     """``ok``, ``requeue`` (75), ``stopped`` (a signal to the launcher), ``failed`` or ``launcher-error``.
 

@@ -33,8 +33,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-from ...base import rejoin
+from ...base import envvalues, rejoin
+from ...base.rundir import now_iso
 from ...errors import REQUEUE_CODE
+from ..rundir import elastic_job_summary
 from .supervisor import Recovery, Reform, Supervisor, WorkerState, named, probe, write_reforms
 
 #: srun's lines that start a loss check: a task that ended badly, or a node Slurm gave up on.
@@ -166,7 +168,7 @@ class SlurmHooks:
 
     def start(self, number: int, reform: Reform | None) -> Round:
         argv = round_argv(self.srun, self.nodes, self.tasks_per_node, again=number > 0)
-        self.rounds.append(Round(argv, {**self.env, "MLDIST_RESTART": str(number)}, self.nodes))
+        self.rounds.append(Round(argv, {**self.env, envvalues.RESTART.name: str(number)}, self.nodes))
         return self.rounds[-1]
 
     def monitor(self, step: Round) -> tuple[WorkerState, int]:
@@ -229,8 +231,15 @@ def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env
     hooks = SlurmHooks(srun, min_nodes, tasks_per_node, requeue, env)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, hooks.forward)
-    result = Supervisor(hooks, lambda reforms: write_reforms(env.get("MLDIST_RUN_DIR"), reforms)).run()
-    return ended(result.code, hooks.nodes, env)
+    started, t0 = now_iso(), time.monotonic()
+    result = Supervisor(hooks, lambda reforms: write_reforms(env.get(envvalues.RUN_DIR.name), reforms)).run()
+    code = ended(result.code, hooks.nodes, env)
+    if run_dir := env.get(envvalues.RUN_DIR.name):  # the same record as mldist run -H's summary.json, at the end
+        with contextlib.suppress(OSError):  # the job's exit code matters more than its summary
+            reforms = [r.record() for r in result.reforms]
+            ranks = len(hooks.nodes) * tasks_per_node
+            elastic_job_summary(run_dir, code, started, time.monotonic() - t0, ranks, reforms, min_nodes=min_nodes)
+    return code
 
 
 def main(argv: list[str], env: Mapping[str, str]) -> int:

@@ -8,7 +8,8 @@ side through :func:`probe`, the one bound on how long a host may take to answer)
 left of it, and ``recover``: decide the next world (a :class:`Reform`) or the end. The loop moves a
 :class:`WorkerState` along :data:`MOVES` and returns an all-or-nothing :class:`RunResult`: one code
 for the whole world and every re-forming, recorded the same way on both sides
-(``summary.json["elastic"]["reforms"]`` of ``-H`` runs, ``elastic.json`` in a Slurm job).
+(``summary.json["elastic"]["reforms"]`` of both at the end; a Slurm job also keeps ``elastic.json`` up to
+date while it runs).
 
 A frozen host is declared lost within the bound that each side's probe gives :func:`probe` (ssh's
 fixed :data:`.onhosts.PROBE_TIMEOUT`; Slurm's pace-based :func:`.slurm.probe_limit`): the one place
