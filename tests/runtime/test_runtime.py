@@ -47,6 +47,13 @@ def test_one_process_uses_no_collectives() -> None:
     assert row["strategy"] == "_DefaultDistributionStrategy"
 
 
+def test_init_reads_the_contracts_values_once_into_the_context(tmp_path: Path) -> None:
+    code = "import mldist; print(mldist.init().settings)"
+    env = clean_env(MLDIST_COLLECTIVE_TIMEOUT="30", MLDIST_RESTART="2", MLDIST_RUN_DIR=str(tmp_path))
+    res = check(run_py("-c", code, env=env))
+    assert res.stdout.strip() == f"Settings(collective_timeout=30.0, run_dir='{tmp_path}', restart=2)"
+
+
 def test_env_report_under_the_launcher() -> None:
     # --verbose: the launcher passes TensorFlow's start-up notices on, so only mldist env can leave them out.
     res = check(mldist(["run", "-n", "2", "--verbose", "--", PY, "-m", "mldist", "env", "--json"], timeout=180))

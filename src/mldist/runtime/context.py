@@ -12,12 +12,38 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..base import envvalues
 from ..errors import RuntimeStateError
 from ..placement.engines import Decision
 from ..placement.resources import ThreadPlan
+
+
+@dataclass(frozen=True)
+class Settings:
+    """This worker's values of the launcher-worker contract that ``init`` and the runtime use, read once.
+
+    Args:
+        collective_timeout: seconds a collective may take before the watch ends the job (0: no watch).
+        run_dir: the run directory, or None.
+        restart: how many times the group was started again before this start.
+
+    Example:
+        >>> Settings.read({"MLDIST_COLLECTIVE_TIMEOUT": "20", "MLDIST_RESTART": "1"})
+        Settings(collective_timeout=20.0, run_dir=None, restart=1)
+    """
+
+    collective_timeout: float
+    run_dir: str | None
+    restart: int
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> Settings:
+        """From ``env``, through the table (:mod:`mldist.base.envvalues`); a bad value is a ConfigError."""
+        return cls(envvalues.COLLECTIVE_TIMEOUT.read(env), envvalues.RUN_DIR.read(env), envvalues.RESTART.read(env))
 
 
 @dataclass(frozen=True)
@@ -33,6 +59,7 @@ class Context:
         decision: the engine decision (:func:`mldist.placement.engines.decide_with`): engine,
             Keras backend, why, and the MPI library; ``communication``, ``backend`` and
             ``mpi_library`` read it.
+        settings: the contract's values this worker runs with (timeout, run directory, restart count).
     """
 
     rank: int
@@ -44,6 +71,7 @@ class Context:
     threads: ThreadPlan
     gpu: int | None
     decision: Decision
+    settings: Settings = Settings(0.0, None, 0)
 
     @property
     def is_chief(self) -> bool:
@@ -74,6 +102,8 @@ class _State:
     strategy: Any = None
     #: The started engine (see ``engine.Engine``), or None with one worker.
     engine: Any = None
+    #: The contract's values, read once by ``init`` before anything starts.
+    settings: Settings | None = None
 
 
 STATE = _State()

@@ -277,17 +277,20 @@ def start(
     probe: Probe | None = None,
     names: Sequence[str] = (),
     size: int = 1,
+    timeout: float | None = None,
 ) -> Watch | None:
     """Start the watch for this rank (``init`` does, with 2+ workers); None when turned off.
 
     Args:
         rank, engine: named in the message.
-        env: for ``MLDIST_COLLECTIVE_TIMEOUT`` and the progress folder (:func:`mldist.base.progress.folder`).
+        env: for the progress folder (:func:`mldist.base.progress.folder`), and ``MLDIST_COLLECTIVE_TIMEOUT``
+            when ``timeout`` is not given.
         probe, names: the engine's graph counters and what their indices name (see :class:`Watch`).
         size: the number of ranks.
+        timeout: seconds (``init`` passes the value it read once; None: read ``env``).
     """
     global _watch
-    timeout = collective_timeout(env)
+    timeout = collective_timeout(env) if timeout is None else timeout
     if _watch is None and timeout > 0:
         _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env))
         _watch.publish()  # at once: a rank may be stuck before the thread's first turn

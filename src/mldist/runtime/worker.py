@@ -34,7 +34,7 @@ from ..placement.resources import (
     thread_plan,
 )
 from . import engine, leave, patches, stall, watchdog
-from .context import STATE, Context, context, current, is_chief, local_rank, local_size, rank, size
+from .context import STATE, Context, Settings, context, current, is_chief, local_rank, local_size, rank, size
 
 __all__ = [
     "Context",
@@ -135,8 +135,9 @@ def _collectives(
     eng = engine.get(decision.name)
     strategy, workers = eng.start(tf, placement)
     STATE.engine = eng
-    if stall.collective_timeout(os.environ) > 0:
-        stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf), size=placement.size)
+    timeout = STATE.settings.collective_timeout if STATE.settings is not None else 0.0
+    if timeout > 0:
+        stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf), size=placement.size, timeout=timeout)
     patches.exit_codes()  # after the engine's own exit handler: atexit runs the last registered first
     return strategy, decision, workers
 
@@ -197,6 +198,7 @@ def init(
     comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
     _refuse_bad_values(os.environ)  # a bad MLDIST_* value stops here, before any side effect
+    STATE.settings = Settings.read(os.environ)  # read once: the runtime takes them from here
     patches.one_line_errors()
     keras = backend.check_supported(_keras_backend())
     leave.remember_stderr()
@@ -218,6 +220,7 @@ def init(
         threads=plan,
         gpu=gpu,
         decision=decision,
+        settings=STATE.settings,
     )
     return STATE.ctx
 
