@@ -419,21 +419,6 @@ def test_the_write_scan_finds_writes(tmp_path: Path) -> None:
 
 #: The one module that spells ``MLDIST_*`` names: the table of the launcher-worker contract.
 CONTRACT = SRC / "base" / "envvalues.py"
-#: TEMPORARY (issue 48): modules other parts of issue 48 are reworking at the same time. Each still
-#: spells some names; the lead removes its entry once they come from mldist.base.envvalues.
-NOT_YET_SWEPT = {
-    "base/joined.py",
-    "base/rejoin.py",
-    "launch/elastic/onhosts.py",
-    "launch/elastic/slurm.py",
-    "launch/groups.py",
-    "launch/remote.py",
-    "placement/detect.py",
-    "placement/engines.py",
-    "runtime/leave.py",
-    "runtime/startup.py",
-    "tools/report.py",
-}
 #: For good: the workers' start-up hook runs in every Python before it may import mldist, so it spells the
 #: names it reads (tests/runtime/test_envvalues.py checks they are the table's).
 SPELLS_ITS_OWN = {"runtime/hook/sitecustomize.py"}
@@ -495,7 +480,7 @@ def _spelled_names(path: Path, shell: bool = True) -> list[str]:
 @pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
 def test_only_the_contract_table_spells_mldist_variables(path: Path) -> None:
     rel = path.relative_to(SRC).as_posix()
-    if path == CONTRACT or rel in NOT_YET_SWEPT | SPELLS_ITS_OWN:
+    if path == CONTRACT or rel in SPELLS_ITS_OWN:
         return
     found = _spelled_names(path, shell=rel.startswith("launch/"))
     assert not found, (
@@ -503,12 +488,6 @@ def test_only_the_contract_table_spells_mldist_variables(path: Path) -> None:
         "(mldist.base.envvalues: envvalues.RANK.name, envvalues.shell('$@JOB_DIR@') in generated shell), "
         "or add the variable there"
     )
-
-
-def test_the_not_yet_swept_modules_exist_and_still_spell_names() -> None:
-    """An entry whose module no longer spells a name (or is gone) is stale: remove it."""
-    stale = sorted(rel for rel in NOT_YET_SWEPT if not (SRC / rel).is_file() or not _spelled_names(SRC / rel))
-    assert not stale, f"remove {stale} from NOT_YET_SWEPT: they spell no MLDIST_* variable now"
 
 
 def test_the_contract_scan_finds_names(tmp_path: Path) -> None:

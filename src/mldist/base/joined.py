@@ -33,7 +33,7 @@ REQUIRE_ENV = envvalues.REQUIRE_GROUP.name
 HOOK_ENV = envvalues.HOOK.name
 #: Set for mldist's own per-rank shims (which set up a rank, then start it): the hook is for the
 #: worker they start, and each shim removes it from that worker's environment.
-SKIP_ENV = "MLDIST_HOOK_SKIP"
+SKIP_ENV = envvalues.HOOK_SKIP.name
 _FILE = re.compile(r"group-([0-9]{1,7})")
 _HOW = re.compile(r"[a-z_.]{1,40}")
 _WAYS = "mldist.init(), hvd.init() or keras.distribution.initialize()"

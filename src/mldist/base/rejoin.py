@@ -23,10 +23,12 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import envvalues
+
 #: The elastic run's id (set by ``mldist run --min-np`` / ``--host-discovery-script`` for its workers).
-RUN_ENV = "MLDIST_ELASTIC_ID"
+RUN_ENV = envvalues.ELASTIC_ID.name
 #: A folder for the workers' in-memory commits other than /dev/shm (tests; a site whose /dev/shm is small).
-DIR_ENV = "MLDIST_COMMITS_DIR"
+DIR_ENV = envvalues.COMMITS_DIR.name
 #: Where a host keeps the commits of elastic runs: ``<base>/mldist-<uid>/<run id>/`` (mldist.checkpoint.commits).
 SHM = "/dev/shm"
 
@@ -60,10 +62,10 @@ RESUMED = "mldist: elastic: resumed"
 
 def flag(env: Mapping[str, str], round_: int | None = None) -> Path | None:
     """The flag file of this round (``MLDIST_RESTART``, or ``round_``), or None outside an elastic run."""
-    run_dir = env.get("MLDIST_RUN_DIR")
+    run_dir = env.get(envvalues.RUN_DIR.name)
     if not run_dir or not env.get(RUN_ENV):
         return None
-    number = round_ if round_ is not None else int(env.get("MLDIST_RESTART", "0") or 0)
+    number = round_ if round_ is not None else envvalues.RESTART.read(env)
     return Path(run_dir) / "elastic" / f"hosts-updated-{number}"
 
 

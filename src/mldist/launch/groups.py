@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from ..base import joined, progress
+from ..base import envvalues, joined, progress
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
 from ..placement import engines, handed
@@ -93,7 +93,7 @@ def pump(
 #: How a worker's one-line reason for leaving starts (mldist.runtime.leave).
 ERROR_LINE = b"mldist: error"
 #: Where the launcher tells workers to leave their last words, and which engine it decided.
-NOTES, ENGINE = "MLDIST_NOTES", "MLDIST_ENGINE"
+NOTES, ENGINE = envvalues.NOTES.name, envvalues.ENGINE.name
 
 
 class Group(ABC):

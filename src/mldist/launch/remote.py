@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
+from ..base import envvalues
 from ..base.procs import die_with_parent
 from ..errors import LaunchError
 from ..placement.cluster import assign_ports, port_base
@@ -57,20 +58,20 @@ FORWARD += (
 FORWARD += ("no_proxy",)
 #: Families of the launcher's variables that the remote ranks get too: mldist's settings
 #: (MLDIST_COLLECTIVE_TIMEOUT, ...) and its libraries' (KERAS_BACKEND, XLA_FLAGS, NCCL_*, ...).
-FORWARD_PREFIXES = ("MLDIST_", "KERAS_", "JAX_", "XLA_", "NCCL_", "TF_")
+FORWARD_PREFIXES = (envvalues.PREFIX, "KERAS_", "JAX_", "XLA_", "NCCL_", "TF_")
 #: Of those, what belongs to this host or one rank: the shims and mpiexec set these for each remote rank.
 NOT_FORWARDED = frozenset(
     {
-        "MLDIST_RANK",
-        "MLDIST_SIZE",
-        "MLDIST_LOCAL_RANK",
-        "MLDIST_LOCAL_SIZE",
-        "MLDIST_NODE_RANK",
-        "MLDIST_WORKERS",
-        "MLDIST_NOTES",
-        "MLDIST_LAUNCHER_PID",
-        "MLDIST_CPU_SETS",
-        "MLDIST_LOG_DIR",
+        envvalues.RANK.name,
+        envvalues.SIZE.name,
+        envvalues.LOCAL_RANK.name,
+        envvalues.LOCAL_SIZE.name,
+        envvalues.NODE_RANK.name,
+        envvalues.WORKERS.name,
+        envvalues.NOTES.name,
+        envvalues.LAUNCHER_PID.name,
+        envvalues.CPU_SETS.name,
+        envvalues.LOG_DIR.name,
         "TF_CONFIG",
     }
 )
@@ -215,11 +216,11 @@ class RemoteGroup(Group):
         cfg, found = self.cfg, self.launcher()
         extra = {
             **run_env(cfg, self.run_id, self.restart),
-            "MLDIST_VERBOSE": "1" if cfg.verbose else "0",
-            **({"MLDIST_ENGINE": self.engine, HANDED: self.handed} if self.engine else {}),
+            envvalues.VERBOSE.name: "1" if cfg.verbose else "0",
+            **({envvalues.ENGINE.name: self.engine, HANDED: self.handed} if self.engine else {}),
             # For Keras's initialize() (placement.common): rank 0 is on the first host (mpiexec fills its
             # slots first); its port, from this start's id as batch jobs take theirs from the job's.
-            "MLDIST_COORDINATOR": f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",
+            envvalues.COORDINATOR.name: f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",
         }
         env = remote_env(self.env, extra, self.interface())
         self.mpiexec = subprocess.Popen(

@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..base import envvalues
 from ..errors import DetectionError
 from .allocation import read_nodefile
 from .hostlist import expand_hostlist, expand_tasks_per_node
@@ -135,7 +136,7 @@ def _slurm_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
 
 
 def _mldist_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
-    workers = tuple(w for w in env.get("MLDIST_WORKERS", "").split(",") if w)
+    workers = tuple(w for w in env.get(envvalues.WORKERS.name, "").split(",") if w)
     return {"workers": workers} if workers else {}
 
 
@@ -166,7 +167,7 @@ _MPI_JOB = (
     "OMPI_MCA_ess_base_jobid",
     "PMIX_NAMESPACE",
     "PMI_ID",
-    "MLDIST_RUN_ID",
+    envvalues.RUN_ID.name,
 )
 
 
@@ -189,17 +190,17 @@ def srun_direct(env: Env) -> bool:
 LAUNCHERS: tuple[LauncherRule, ...] = (
     LauncherRule(
         "mldist",
-        "MLDIST_RANK",
+        envvalues.RANK.name,
         {
-            "rank": ("MLDIST_RANK",),
-            "size": ("MLDIST_SIZE",),
-            "local_rank": ("MLDIST_LOCAL_RANK",),
-            "local_size": ("MLDIST_LOCAL_SIZE",),
-            "node_index": ("MLDIST_NODE_RANK",),
+            "rank": (envvalues.RANK.name,),
+            "size": (envvalues.SIZE.name,),
+            "local_rank": (envvalues.LOCAL_RANK.name,),
+            "local_size": (envvalues.LOCAL_SIZE.name,),
+            "node_index": (envvalues.NODE_RANK.name,),
         },
         _mldist_extra,
         "mldist run",
-        ("MLDIST_RUN_ID",),
+        (envvalues.RUN_ID.name,),
     ),
     LauncherRule(
         "openmpi",
@@ -247,16 +248,17 @@ LAUNCHERS: tuple[LauncherRule, ...] = (
         "ALPS_APP_PE",
         {
             "rank": ("ALPS_APP_PE",),
-            "size": ("MLDIST_SIZE", "PMI_SIZE"),
+            "size": (envvalues.SIZE.name, "PMI_SIZE"),
             "local_rank": ("PMI_LOCAL_RANK",),
-            "local_size": ("MLDIST_LOCAL_SIZE", "PMI_LOCAL_SIZE"),
+            "local_size": (envvalues.LOCAL_SIZE.name, "PMI_LOCAL_SIZE"),
         },
         _aprun_extra,
         "Cray ALPS aprun",
         ("COBALT_JOBID", "ALPS_APP_ID"),
         # No ALPS variable carries the PE count; Cray PMI exports PMI_SIZE only on some systems.
-        "aprun exports no world size; set MLDIST_SIZE to aprun's -n (and MLDIST_LOCAL_SIZE to its -N): "
-        "aprun -n 8 -N 4 -e MLDIST_SIZE=8 -e MLDIST_LOCAL_SIZE=4 ... (mldist submit's scripts do)",
+        f"aprun exports no world size; set {envvalues.SIZE.name} to aprun's -n (and {envvalues.LOCAL_SIZE.name} "
+        f"to its -N): aprun -n 8 -N 4 -e {envvalues.SIZE.name}=8 -e {envvalues.LOCAL_SIZE.name}=4 ... "
+        "(mldist submit's scripts do)",
     ),
     LauncherRule(
         "slurm",
@@ -309,7 +311,7 @@ def _from_tf_config(raw: str) -> Placement:
 def _apply(rule: LauncherRule, env: Env) -> Placement:
     got = {k: v for k, names in rule.fields.items() if (v := _int(env, names, rule.name, k)) is not None}
     if rule.fields and "size" not in got:
-        names = " or ".join(dict.fromkeys([*rule.fields["size"], "MLDIST_SIZE"]))
+        names = " or ".join(dict.fromkeys([*rule.fields["size"], envvalues.SIZE.name]))
         fix = rule.size_fix or f"set {names}"
         raise DetectionError(f"{rule.doc} detected ({rule.marker} is set) but the world size is unknown: {fix}")
     extra = rule.extra(env, got) if rule.extra else {}
@@ -339,7 +341,7 @@ def detect(env: Env) -> Placement:
         >>> detect({}).launcher
         'none'
     """
-    if env.get("MLDIST_RANK") is None and env.get("TF_CONFIG"):
+    if env.get(envvalues.RANK.name) is None and env.get("TF_CONFIG"):
         return _from_tf_config(env["TF_CONFIG"])
     for rule in LAUNCHERS:
         if env.get(rule.marker) is not None and not (rule.defer and rule.defer(env)):

@@ -26,13 +26,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from ..base import envvalues
 from ..base.files import atomic_write
 from ..errors import REQUEUE_CODE
 from . import compat
 from .context import STATE, current
 
 #: The launcher's private directory for each rank's last words (``note-R``).
-NOTES = "MLDIST_NOTES"
+NOTES = envvalues.NOTES.name
 #: Exit codes that every rank takes together (so the rank waits for the others, as MPI_Finalize would).
 TOGETHER = (0, REQUEUE_CODE)
 
@@ -83,7 +84,7 @@ def tell(line: str, env: Mapping[str, str] = os.environ) -> None:
         with contextlib.suppress(OSError):
             os.write(saved, (line + "\n").encode())
     notes, ctx = env.get(NOTES, ""), current()
-    rank = ctx.rank if ctx is not None else env.get("MLDIST_RANK", "")
+    rank = ctx.rank if ctx is not None else env.get(envvalues.RANK.name, "")
     if notes and os.path.isdir(notes):
         with contextlib.suppress(OSError):
             atomic_write(Path(notes) / f"note-{rank}", line + "\n", mode=0o600)

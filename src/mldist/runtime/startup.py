@@ -37,7 +37,7 @@ from ..placement.detect import detect
 from . import compat
 
 #: The worker's own pid, for the Python processes it starts in turn (they inherit PYTHONPATH).
-_FIRST = "MLDIST_HOOK_PID"
+_FIRST = envvalues.HOOK_PID.name
 
 
 def begin(environ: MutableMapping[str, str]) -> None:

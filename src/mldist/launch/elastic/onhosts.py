@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ...base import rejoin
+from ...base import envvalues, rejoin
 from ...base.files import atomic_write
 from ...errors import LaunchError
 from ...placement.hostlist import HOST_NAME, host_entry
@@ -99,7 +99,7 @@ class Watch:
     def __init__(self, cfg: RunConfig, env: Mapping[str, str], round_: int) -> None:
         assert cfg.elastic is not None and cfg.run_dir
         self.cfg, self.env = cfg, env
-        self.flag = rejoin.flag({"MLDIST_RUN_DIR": os.path.abspath(cfg.run_dir), rejoin.RUN_ENV: "1"}, round_)
+        self.flag = rejoin.flag({envvalues.RUN_DIR.name: os.path.abspath(cfg.run_dir), rejoin.RUN_ENV: "1"}, round_)
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
