@@ -504,3 +504,66 @@ def test_the_contract_scan_finds_names(tmp_path: Path) -> None:
     )
     assert [found.split(":")[0] for found in _spelled_names(sample)] == ["2", "3", "5", "7", "8", "4"]
     assert [found.split(":")[0] for found in _spelled_names(sample, shell=False)] == ["2", "3", "7", "4"]
+
+
+#: The methods that read one variable of a mapping (``env.get``, ``os.getenv``): writes stay free.
+_READERS = {"get", "getenv"}
+
+
+def _table_name(node: ast.expr) -> bool:
+    """Whether ``node`` is ``envvalues.X.name``: the name of a variable of the table."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "name"
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "envvalues"
+    )
+
+
+def _raw_reads(path: Path) -> list[str]:
+    """``line: code`` of each place ``path`` reads a table variable's text itself: ``<m>.get(envvalues.X.name``
+    or ``<m>[envvalues.X.name]`` as a value (writes such as ``env[envvalues.X.name] = "1"`` are fine)."""
+    tree = ast.parse(path.read_text())
+    found = [
+        n
+        for n in ast.walk(tree)
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _READERS
+            and n.args
+            and _table_name(n.args[0])
+        )
+        or (isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) and _table_name(n.slice))
+    ]
+    return [f"{n.lineno}: {ast.unparse(n)[:60]}" for n in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(SRC)) for p in MODULES])
+def test_only_the_contract_table_reads_mldist_variables(path: Path) -> None:
+    if path == CONTRACT:
+        return
+    found = _raw_reads(path)
+    assert not found, (
+        f"{path.relative_to(SRC).as_posix()} reads MLDIST_* variables' text itself: {found}; read them "
+        "through the table (envvalues.RUN_DIR.read(env)): its parser and default, one error line for a bad value"
+    )
+
+
+def test_the_read_scan_finds_reads(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import os\n"
+        "from mldist.base import envvalues\n"
+        "a = env.get(envvalues.RUN_DIR.name)\n"
+        'b = os.environ.get(envvalues.RANK.name, "")\n'
+        "c = env[envvalues.WORKERS.name].split(',')\n"
+        'env[envvalues.TF_CONFIG.name] = "1"\n'
+        'worker = {envvalues.RANK.name: "0"}\n'
+        "d = envvalues.RUN_DIR.read(env)\n"
+        "e = os.getenv(\n    envvalues.HOST.name)\n"
+        "del env[envvalues.HOST.name]\n"
+        "f = env.get(other.RUN_DIR.name), env.pop(envvalues.HOST.name, None)\n"
+    )
+    assert [found.split(":")[0] for found in _raw_reads(sample)] == ["3", "4", "5", "9"]

@@ -101,7 +101,31 @@ def test_launchers_read_their_values_back_through_the_table() -> None:
     env = worker_env({}, RunConfig(nprocs=3, command=("python",)), 2, ["h:1", "h:2", "h:3"], "r9", restart=4)
     read = [s.read(env) for s in (envvalues.RANK, envvalues.SIZE, envvalues.RESTART, envvalues.RUN_ID)]
     assert read == [2, 3, 4, "r9"]
-    assert envvalues.LAUNCHER_PID.read(env) == os.getpid() and envvalues.WORKERS.read(env) == "h:1,h:2,h:3"
+    assert envvalues.LAUNCHER_PID.read(env) == os.getpid() and envvalues.WORKERS.read(env) == ("h:1", "h:2", "h:3")
+
+
+@pytest.mark.parametrize(
+    ("setting", "raw"),
+    [
+        (envvalues.LAUNCHER_PID, "0"),
+        (envvalues.LAUNCHER_PID, "99999999999"),  # past any pid (os.kill would overflow)
+        (envvalues.LAUNCHER_PID, "１２"),  # fullwidth digits: int() would take them
+    ],
+)
+def test_a_bad_launcher_pid_is_one_line(setting: envvalues.Setting[object], raw: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        setting.read({setting.name: raw})
+    assert str(info.value).startswith(f"{setting.name}={raw!r} is not ") and "\n" not in str(info.value)
+
+
+def test_address_lists_and_pids_read_as_values() -> None:
+    assert envvalues.WORKERS.read({"MLDIST_WORKERS": " h1:1 , [::1]:2,"}) == ("h1:1", "[::1]:2")
+    assert envvalues.WORKERS.read({"MLDIST_WORKERS": ",,"}) == ()  # set, but no address: the count check says so
+    assert envvalues.LAUNCHER_PID.read({"MLDIST_LAUNCHER_PID": " 42 "}) == 42
+    # A pid set by hand that is not one leaves the worker unwatched, as an unset one does.
+    from mldist.runtime.watchdog import watch_launcher
+
+    assert not watch_launcher({"MLDIST_LAUNCHER_PID": "abc"}) and not watch_launcher({})
 
 
 def test_generated_shell_spells_names_from_the_table() -> None:

@@ -112,6 +112,17 @@ def whole(low: int, high: int | None = None) -> Callable[[str], int | None]:
     return parse
 
 
+def items(text: str) -> tuple[str, ...]:
+    """A comma-separated list as its items, stripped, empty ones dropped: the reader checks each item
+    (``mldist.placement.cluster`` names the address that is not ``host:port``).
+
+    Example:
+        >>> items("h1:20000, h2:20000,"), items(",")
+        (('h1:20000', 'h2:20000'), ())
+    """
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
 def seconds(text: str) -> float | None:
     """``text`` as a finite number of seconds, 0 or more (``2.5``; no sign, exponent, ``inf`` or ``nan``).
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from .envparse import BATCH, LAUNCHER, USER, WORKER, Setting, count, flag, given, seconds, whole
+from .envparse import BATCH, LAUNCHER, USER, WORKER, Setting, count, flag, given, items, seconds, whole
 from .envparse import FALSE as FALSE  # the words of a no: the start-up hook spells them too
 from .envparse import TRUE as TRUE
 
@@ -139,7 +139,15 @@ COMMUNICATION = given(
     _RUN,
     "auto, mpi, ring or nccl",
 )
-WORKERS = given("MLDIST_WORKERS", "`host:port,...` of every rank, overriding discovery", _RUN, "host:port list")
+WORKERS: Setting[tuple[str, ...] | None] = Setting(
+    "MLDIST_WORKERS",
+    None,
+    items,
+    "",
+    "`host:port,...` of every rank, overriding discovery",
+    _RUN,
+    "host:port list",
+)
 HOST = given("MLDIST_HOST", "the name peers use to reach this rank (e.g. a high-speed interface's host name)", (USER,))
 PROFILE_STEPS = given(
     "MLDIST_PROFILE_STEPS", "`A:B` (`--profile-steps`): a timeline of those steps on every rank", _RUN, "A:B"
@@ -192,7 +200,17 @@ RESTART: Setting[int] = Setting(
     (LAUNCHER,),
     "whole number",
 )
-LAUNCHER_PID = count("MLDIST_LAUNCHER_PID", "the launcher's pid: a worker whose launcher died stops", low=1)
+#: The largest pid Linux hands out (``PID_MAX_LIMIT``).
+PID_MAX = 4194304
+LAUNCHER_PID: Setting[int | None] = Setting(
+    "MLDIST_LAUNCHER_PID",
+    None,
+    whole(1, PID_MAX),
+    f"is not a process id (1 to {PID_MAX}): mldist run sets it to its own; unset it",
+    "the launcher's pid: a worker whose launcher died stops",
+    (LAUNCHER,),
+    "pid",
+)
 RUN_ID = given("MLDIST_RUN_ID", "identifies this run (ports, records)")
 ENGINE = given("MLDIST_ENGINE", "the engine `mldist run` decided for its workers")
 DECISION = given(

@@ -108,8 +108,8 @@ def folder(env: Mapping[str, str]) -> Path | None:
     """
     if env.get(FOLDER_ENV):
         return Path(env[FOLDER_ENV])
-    if env.get(envvalues.RUN_DIR.name):
-        return Path(env[envvalues.RUN_DIR.name]) / "progress"
+    if run_dir := envvalues.RUN_DIR.read(env):
+        return Path(run_dir) / "progress"
     name = next((name for name in JOB_KEYS if env.get(name)), None)
     if name is None:
         return None
@@ -126,7 +126,7 @@ def temporary(env: Mapping[str, str]) -> bool:
         >>> temporary({"SLURM_JOB_ID": "7"}), temporary({"MLDIST_RUN_DIR": "/r", "SLURM_JOB_ID": "7"})
         (True, False)
     """
-    return not env.get(FOLDER_ENV) and not env.get(envvalues.RUN_DIR.name) and folder(env) is not None
+    return not env.get(FOLDER_ENV) and not envvalues.RUN_DIR.read(env) and folder(env) is not None
 
 
 def forget(where: Path, rank: int) -> None:

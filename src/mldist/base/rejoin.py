@@ -62,7 +62,7 @@ RESUMED = "mldist: elastic: resumed"
 
 def flag(env: Mapping[str, str], round_: int | None = None) -> Path | None:
     """The flag file of this round (``MLDIST_RESTART``, or ``round_``), or None outside an elastic run."""
-    run_dir = env.get(envvalues.RUN_DIR.name)
+    run_dir = envvalues.RUN_DIR.read(env)
     if not run_dir or not env.get(RUN_ENV):
         return None
     number = round_ if round_ is not None else envvalues.RESTART.read(env)

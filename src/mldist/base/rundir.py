@@ -107,7 +107,7 @@ def runs_root() -> tuple[Path, str]:
         >>> runs_root()[1] in ("MLDIST_RUNS_DIR", "runs")
         True
     """
-    chosen = os.environ.get(envvalues.RUNS_DIR.name)
+    chosen = envvalues.RUNS_DIR.read(os.environ)
     return (Path(chosen), envvalues.RUNS_DIR.name) if chosen else (Path(RUNS), "runs")
 
 

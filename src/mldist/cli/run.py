@@ -129,7 +129,7 @@ def _add_output_flags(run: Any) -> None:
     run.add_argument(
         "--profile-steps",
         type=step_range,
-        default=os.environ.get(envvalues.PROFILE_STEPS.name) or None,
+        default=envvalues.PROFILE_STEPS.read(os.environ),
         metavar="A:B",
         help="record a timeline of train steps A..B on every rank: trace/rank-R and trace/merged.trace.json.gz",
     )
@@ -184,7 +184,7 @@ def register(sub: Any) -> dict[str, Handler]:
     run.add_argument(
         "--communication",
         choices=("auto", "mpi", "ring", "nccl"),
-        default=os.environ.get(envvalues.COMMUNICATION.name, "auto"),
+        default=envvalues.COMMUNICATION.read(os.environ) or "auto",
         help="collective engine: auto (MPI on CPUs through mpiexec when available, NCCL on GPUs, else RING)",
     )
     run.add_argument(

@@ -72,7 +72,7 @@ def state_path(env: dict[str, str] | None = None, number: int = 1) -> Path:
     """
     env = dict(os.environ) if env is None else env
     name = STATE_FILE if number == 1 else STATE_FILE.replace(".pkl", f"-{number}.pkl")
-    return Path(env.get(envvalues.ELASTIC_DIR.name) or env.get(envvalues.RUN_DIR.name) or ".") / name
+    return Path(envvalues.ELASTIC_DIR.read(env) or envvalues.RUN_DIR.read(env) or ".") / name
 
 
 def restarted(env: dict[str, str] | None = None) -> bool:
@@ -83,8 +83,8 @@ def restarted(env: dict[str, str] | None = None) -> bool:
         (True, False)
     """
     env = dict(os.environ) if env is None else env
-    counts = (env.get(envvalues.RESTART.name, ""), env.get("SLURM_RESTART_COUNT", ""))
-    return any(c.isdigit() and int(c) > 0 for c in counts)
+    slurm = env.get("SLURM_RESTART_COUNT", "")
+    return envvalues.RESTART.read(env) > 0 or (slurm.isdigit() and int(slurm) > 0)
 
 
 _RUNS = [0]  # elastic.run calls in this process: each has its own commit file

@@ -62,7 +62,7 @@ class Elastic(Checkpoint):
         keep: int = 2,
         check_every: int = 10,
     ) -> None:
-        run_dir = os.environ.get(envvalues.RUN_DIR.name)
+        run_dir = envvalues.RUN_DIR.read(os.environ)
         where = directory if directory is not None else Path(run_dir) / "elastic" if run_dir else "elastic"
         super().__init__(where, save_freq=commit_every, keep=keep, final_model=None, check_every=check_every)
         scale_lr(1.0, rule, size=1)  # a wrong rule fails here, not after the first loss

@@ -71,9 +71,9 @@ def main(argv: list[str]) -> int:
             envvalues.NODE_RANK.name: "0",
         }
     )
-    workers = [w for w in os.environ.get(envvalues.WORKERS.name, "").split(",") if w]
+    workers = envvalues.WORKERS.read(os.environ) or ()
     os.environ.update(common.for_tools(os.environ, rank, me.size, me.local_rank, me.local_size, workers))
-    out, err = _outputs(run_dir, rank, os.environ.get(envvalues.LOG_DIR.name))
+    out, err = _outputs(run_dir, rank, envvalues.LOG_DIR.read(os.environ))
     try:
         child = subprocess.Popen(
             command,

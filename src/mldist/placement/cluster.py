@@ -112,7 +112,7 @@ def no_discovery(my_host: str) -> Sequence[str]:
 
 def my_hostname(env: Mapping[str, str]) -> str:
     """The name peers use to reach this process: ``MLDIST_HOST`` or the host name."""
-    return env.get(envvalues.HOST.name) or socket.gethostname()
+    return envvalues.HOST.read(env) or socket.gethostname()
 
 
 def build_cluster_spec(placement: Placement, env: Mapping[str, str], discover: Discover = no_discovery) -> ClusterSpec:
@@ -129,8 +129,9 @@ def build_cluster_spec(placement: Placement, env: Mapping[str, str], discover: D
         1
     """
     p = placement
-    if env.get(envvalues.WORKERS.name) and p.workers is None:
-        workers = tuple(w for w in env[envvalues.WORKERS.name].split(",") if w)
+    listed = envvalues.WORKERS.read(env)
+    if listed is not None and p.workers is None:
+        workers = listed
         if len(workers) != p.size:
             raise ConfigError(f"{envvalues.WORKERS.name} lists {len(workers)} addresses for a world of size {p.size}")
     elif p.workers is not None:

@@ -136,7 +136,7 @@ def _slurm_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
 
 
 def _mldist_extra(env: Env, got: dict[str, int]) -> dict[str, object]:
-    workers = tuple(w for w in env.get(envvalues.WORKERS.name, "").split(",") if w)
+    workers = envvalues.WORKERS.read(env)
     return {"workers": workers} if workers else {}
 
 
@@ -341,7 +341,8 @@ def detect(env: Env) -> Placement:
         >>> detect({}).launcher
         'none'
     """
-    if env.get(envvalues.RANK.name) is None and env.get("TF_CONFIG"):
+    # Whether a launcher of ours named a rank at all (its value is the mldist rule's to read).
+    if envvalues.RANK.name not in env and env.get("TF_CONFIG"):
         return _from_tf_config(env["TF_CONFIG"])
     for rule in LAUNCHERS:
         if env.get(rule.marker) is not None and not (rule.defer and rule.defer(env)):

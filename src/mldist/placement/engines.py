@@ -116,7 +116,7 @@ def requested_engine(value: str | None, env: Mapping[str, str]) -> str:
         >>> requested_engine(None, {"MLDIST_COMMUNICATION": "RING"})
         'ring'
     """
-    comm = (value or env.get(envvalues.COMMUNICATION.name) or "auto").strip().lower()
+    comm = (value or envvalues.COMMUNICATION.read(env) or "auto").strip().lower()
     if comm not in COMMUNICATIONS:
         raise ConfigError(f"communication={comm!r} is not one of {', '.join(COMMUNICATIONS)}")
     return comm

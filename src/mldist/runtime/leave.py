@@ -28,7 +28,7 @@ from typing import NoReturn
 
 from ..base import envvalues
 from ..base.files import atomic_write
-from ..errors import REQUEUE_CODE
+from ..errors import REQUEUE_CODE, ConfigError
 from . import compat
 from .context import STATE, current
 
@@ -84,10 +84,23 @@ def tell(line: str, env: Mapping[str, str] = os.environ) -> None:
         with contextlib.suppress(OSError):
             os.write(saved, (line + "\n").encode())
     notes, ctx = env.get(NOTES, ""), current()
-    rank = ctx.rank if ctx is not None else env.get(envvalues.RANK.name, "")
+    rank = ctx.rank if ctx is not None else _env_rank(env)
     if notes and os.path.isdir(notes):
         with contextlib.suppress(OSError):
             atomic_write(Path(notes) / f"note-{rank}", line + "\n", mode=0o600)
+
+
+def _env_rank(env: Mapping[str, str]) -> int | str:
+    """``MLDIST_RANK`` before ``init`` made a context: "" when unset or not a rank (:func:`tell` never raises).
+
+    Example:
+        >>> _env_rank({"MLDIST_RANK": "3"}), _env_rank({}), _env_rank({"MLDIST_RANK": "x"})
+        (3, '', '')
+    """
+    with contextlib.suppress(ConfigError):
+        rank = envvalues.RANK.read(env)
+        return "" if rank is None else rank
+    return ""
 
 
 def supervised(env: Mapping[str, str] = os.environ) -> bool:

@@ -67,9 +67,9 @@ def parse_steps(text: str) -> tuple[int, int]:
 
 def trace_dir(env: Mapping[str, str]) -> Path:
     """Where traces go: ``MLDIST_TRACE_DIR``, else the run directory's ``trace/``, else ``./trace``."""
-    if env.get(envvalues.TRACE_DIR.name):
-        return Path(env[envvalues.TRACE_DIR.name])
-    return Path(env.get(envvalues.RUN_DIR.name) or ".") / "trace"
+    if chosen := envvalues.TRACE_DIR.read(env):
+        return Path(chosen)
+    return Path(envvalues.RUN_DIR.read(env) or ".") / "trace"
 
 
 def event_name(name: str) -> str:
@@ -211,7 +211,7 @@ class StepProfiler:
     def from_env(cls, env: Mapping[str, str] | None = None) -> StepProfiler | None:
         """A profiler for ``MLDIST_PROFILE_STEPS``, or None when it is not set."""
         env = os.environ if env is None else env
-        text = env.get(envvalues.PROFILE_STEPS.name, "")
+        text = envvalues.PROFILE_STEPS.read(env)
         return cls(*parse_steps(text), trace_dir(env)) if text else None
 
     def begin(self, step: int) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import signal
 import sys
@@ -25,8 +24,8 @@ import threading
 from collections.abc import Mapping
 
 from ..base import envvalues
+from ..errors import ConfigError
 
-_PID = re.compile(r"[1-9][0-9]{0,9}")
 _POLL_SECONDS = 1.0
 
 
@@ -73,11 +72,12 @@ def _wait_for_exit(launcher: int) -> None:
 
 def watch_launcher(env: Mapping[str, str]) -> bool:
     """Start the watch if ``env`` names a launcher in another process group; whether it started."""
-    text = env.get(envvalues.LAUNCHER_PID.name, "")
-    if not _PID.fullmatch(text):
+    # A value that is not a pid was set by hand, not by mldist run: the worker is left alone, as when unset.
+    try:
+        launcher = envvalues.LAUNCHER_PID.read(env)
+    except ConfigError:
         return False
-    launcher = int(text)
-    if not _in_own_session(launcher):
+    if launcher is None or not _in_own_session(launcher):
         return False
     threading.Thread(target=_wait_for_exit, args=(launcher,), name="mldist-watchdog", daemon=True).start()
     return True

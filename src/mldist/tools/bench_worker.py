@@ -169,7 +169,7 @@ def _jax_rates(ctx: Any, cfg: BenchConfig) -> list[float]:
     import keras
     import numpy as np
 
-    if os.environ.get(envvalues.PROFILE_STEPS.name) and ctx.rank == 0:
+    if envvalues.PROFILE_STEPS.read(os.environ) and ctx.rank == 0:
         print("mldist bench: --profile-steps records TensorFlow's profiler; not on KERAS_BACKEND=jax", flush=True)
     model, shape, classes = build_model(cfg.model, cfg.image)
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())

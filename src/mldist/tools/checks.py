@@ -225,7 +225,7 @@ def check_datasets(env: Mapping[str, str]) -> list[Result]:
     """Which datasets the cache holds (compute nodes often have no internet to fetch them)."""
     from ..data.datasets import DATASETS, cache_dir, status
 
-    root = cache_dir(env.get(envvalues.DATA_DIR.name) or None)
+    root = cache_dir(envvalues.DATA_DIR.read(env))
     states = {name: status(ds, root).status for name, ds in DATASETS.items()}
     ready = sorted(n for n, s in states.items() if s in ("verified", "pinned", "unverified"))
     if ready:

@@ -204,7 +204,7 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
     """
     # What was asked, as given: a value that fails the check below is shown too.
-    asked = env.get(envvalues.COMMUNICATION.name) or "auto"
+    asked = envvalues.COMMUNICATION.read(env) or "auto"
     out = {"requested": asked, "choice": "none (one process)", "mpi_library": "", "reason": "", "decided": ""}
     try:
         out["requested"] = requested_engine(None, env)

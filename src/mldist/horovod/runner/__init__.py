@@ -109,6 +109,8 @@ def _worker(directory: str, alias: bool) -> None:
         install()
     func, args, kwargs = pickle.loads((Path(directory) / _TASK).read_bytes())
     result = func(*args, **kwargs)
-    rank = int(os.environ.get(envvalues.RANK.name) or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
-    round_ = int(os.environ.get(envvalues.RESTART.name) or 0)  # an elastic world's rounds number their results
+    rank = envvalues.RANK.read(os.environ)
+    if rank is None:
+        rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    round_ = envvalues.RESTART.read(os.environ)  # an elastic world's rounds number their results
     (Path(directory) / _RESULT.format(round=round_, rank=rank)).write_bytes(pickler().dumps(result))

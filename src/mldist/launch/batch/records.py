@@ -65,8 +65,8 @@ class JobRecord:
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where the job index lives."""
     env = os.environ if env is None else env
-    if env.get(envvalues.STATE_DIR.name):
-        return Path(env[envvalues.STATE_DIR.name])
+    if chosen := envvalues.STATE_DIR.read(env):
+        return Path(chosen)
     base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
     return Path(base) / "mldist"
 

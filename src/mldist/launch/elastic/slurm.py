@@ -232,9 +232,10 @@ def run(srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, hooks.forward)
     started, t0 = now_iso(), time.monotonic()
-    result = Supervisor(hooks, lambda reforms: write_reforms(env.get(envvalues.RUN_DIR.name), reforms)).run()
+    run_dir = envvalues.RUN_DIR.read(env)
+    result = Supervisor(hooks, lambda reforms: write_reforms(run_dir, reforms)).run()
     code = ended(result.code, hooks.nodes, env)
-    if run_dir := env.get(envvalues.RUN_DIR.name):  # the same record as mldist run -H's summary.json, at the end
+    if run_dir:  # the same record as mldist run -H's summary.json, at the end
         with contextlib.suppress(OSError):  # the job's exit code matters more than its summary
             reforms = [r.record() for r in result.reforms]
             ranks = len(hooks.nodes) * tasks_per_node
