@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 import warnings
 from collections.abc import Mapping
 from typing import Any, cast
@@ -152,9 +153,10 @@ def _refuse_bad_values(env: Mapping[str, str]) -> None:
     """End this worker with one line and exit 2 if a value of :data:`~mldist.base.envvalues.WORKER_SETTINGS` is bad.
 
     ``mldist run`` refuses such a value before it starts any worker; this is for workers started
-    some other way (a bare ``mpirun`` or ``srun``). No group exists yet, so no rank can speak for
-    the others: each one says its line (they read the same environment, so the lines agree), rather
-    than a traceback each.
+    some other way (a bare ``mpirun`` or ``srun``). Rank 0 says its line at once. No group exists
+    yet, so no rank can know that the others read the same value: the others wait
+    :data:`OTHERS_WAIT` seconds first, by when a launcher has ended them for rank 0's exit (one line
+    in all), and still say theirs where it has not (a value only some ranks were given).
     """
     try:
         envvalues.check(env)
@@ -164,8 +166,14 @@ def _refuse_bad_values(env: Mapping[str, str]) -> None:
         with contextlib.suppress(MldistError):  # the rank, if the launcher's variables give one of 2+
             placement = detect(env)
             where = placement.rank if placement.size > 1 else None
+        if where:
+            time.sleep(OTHERS_WAIT)
         leave.tell(leave.error_line(str(exc), where))
         raise SystemExit(2) from None
+
+
+#: Seconds a rank other than 0 waits before it says a bad value's line (see ``_refuse_bad_values``).
+OTHERS_WAIT = 3.0
 
 
 def init(
