@@ -289,6 +289,16 @@ def test_mldist_env_shows_its_report_then_names_a_bad_mldist_value(
     assert res.stdout.startswith("host ") and f"error     {name}={value!r} {says}" in res.stdout
 
 
+def test_mldist_env_names_a_launcher_decision_init_would_refuse(workdir: Path) -> None:
+    """init() refuses a mangled MLDIST_DECISION in one line; mldist env showed it and exited 0."""
+    res = _mldist(["env", "--no-tensorflow"], workdir, MLDIST_DECISION="{bad")
+    assert res.returncode == 2 and res.stdout.startswith("host "), (res.stdout, res.stderr)
+    assert res.stderr.splitlines() == [
+        "mldist env: error: MLDIST_DECISION='{bad' is not a decision of mldist run: "
+        "unset it (each worker then decides for itself)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [("MLDIST_COLLECTIVE_TIMEOUT", "abc"), ("MLDIST_COLLECTIVE_TIMEOUT", "-5"), ("MLDIST_REQUIRE_GROUP", "maybe")],

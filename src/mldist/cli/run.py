@@ -389,12 +389,10 @@ def _script(given: str) -> str:
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
-    from ..base import envvalues
     from ..tools.report import build_report, format_report
 
     report = build_report(os.environ, with_tensorflow=not args.no_tensorflow)
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else format_report(report))
-    envvalues.check(os.environ)  # the report shows everything; then a bad MLDIST_* value is one line, exit 2
-    if report.get("keras_backend_refused"):  # and a backend mldist run refuses, in run's words
-        raise ConfigError(report["keras_backend_refused"])
+    if report["refused"]:  # the report shows everything; then what init() or run would refuse: one line, exit 2
+        raise ConfigError(report["refused"][0])
     return 0

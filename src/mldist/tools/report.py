@@ -29,7 +29,7 @@ from typing import Any
 from ..base import envvalues
 from ..base.procs import STARTUP_NOISE
 from ..base.secrets import redact
-from ..errors import MldistError
+from ..errors import ConfigError, MldistError
 from ..placement import Placement, backend, build_cluster_spec, detect, handed
 from ..placement.engines import requested_engine
 from ..placement.proxies import worker_no_proxy
@@ -193,7 +193,13 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         errors.append(refused)
     if "placement" in report:
         report["engine"] = _engine(env, placement, bool(report.get("gpus")))
-    report["errors"] = errors + [line for line in envvalues.problems(env) if line not in errors]
+    try:
+        handed.handed_in(env)
+        mangled = []
+    except ConfigError as exc:  # init() refuses a launcher's decision it cannot read
+        mangled = [str(exc)]
+    report["refused"] = [*envvalues.problems(env), *mangled, *([refused] if refused else [])]
+    report["errors"] = errors + [line for line in report["refused"] if line not in errors]
     return report
 
 
