@@ -1,8 +1,12 @@
 """One benchmark process: Keras fit of a model on random data of its input shape.
 
-Usage: bench_worker.py {plain,mldist,mldist-tiny,allreduce,table} --threads T --steps S
-       [--warmup W] [--model cnn|mobilenetv2] [--batch B] [--one-core [--core C]]
+Usage: bench_worker.py {plain,mldist,mldist-tiny,compute,allreduce,table} --threads T --steps S
+       [--warmup W] [--model cnn|mobilenetv2] [--batch B] [--one-core [--core C|rank]]
+       [--compression fp16|bf16] [--wire IFACE]
 Prints ``RESULT {json}`` with this process's images per second over the timed steps.
+``compute`` is ``mldist`` with the all-reduce replaced by an identity (a plain optimizer, the
+same callbacks): each rank trains on its own, the compute-alone reference. ``--wire eth0``
+adds the bytes this host sent on that interface per timed step, and the model's variable sizes.
 ``mldist-tiny`` all-reduces 4 bytes per step instead of the gradient (each rank applies its
 own gradient): the fixed cost of having any collective in the step. ``allreduce`` instead
 times mldist.allreduce of the model's gradient size and of 1,000 floats; ``table`` times
@@ -18,17 +22,31 @@ import os
 import time
 
 p = argparse.ArgumentParser()
-p.add_argument("mode", choices=("plain", "proto", "mldist", "mldist-tiny", "allreduce", "table"))
+p.add_argument("mode", choices=("plain", "proto", "mldist", "mldist-tiny", "compute", "allreduce", "table"))
 p.add_argument("--model", choices=("cnn", "mobilenetv2"), default="cnn")
 p.add_argument("--threads", type=int, required=True)
 p.add_argument("--steps", type=int, default=60)
 p.add_argument("--warmup", type=int, default=15)
 p.add_argument("--batch", type=int, default=0, help="per-worker batch (default: 64 for cnn, 32 for mobilenetv2)")
 p.add_argument("--one-core", action="store_true", help="pin this process to CPU 0")
-p.add_argument("--core", type=int, default=0, help="the CPU --one-core pins to")
+p.add_argument("--core", default="0", help="the CPU --one-core pins to, or 'rank': Open MPI's rank of this process")
+p.add_argument("--compression", default=None, help="DistributedOptimizer's compression (mldist mode)")
+p.add_argument("--wire", default="", help="an interface whose sent bytes per step to report (e.g. eth0)")
 args = p.parse_args()
-if args.one_core:
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[args.core]})
+if args.one_core:  # before TensorFlow starts its threads: they inherit the mask
+    core = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) if args.core == "rank" else int(args.core)
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[core % len(cpus)]})
+
+
+def sent_bytes(iface: str) -> int:
+    """Bytes this network namespace has sent on ``iface`` (/proc/net/dev is per namespace)."""
+    for line in open("/proc/net/dev").read().splitlines()[2:]:  # noqa: SIM115 - a small proc file
+        name, _, counters = line.partition(":")
+        if name.strip() == iface:
+            return int(counters.split()[8])
+    raise SystemExit(f"bench_worker.py: error: --wire {iface!r}: no such interface in /proc/net/dev")
+
 
 rank, size = 0, 1
 if args.mode == "proto":
@@ -83,7 +101,9 @@ OPTIMIZERS = {"proto": Proto, "mldist-tiny": TinySync}
 opt = OPTIMIZERS.get(args.mode, keras.optimizers.SGD)(0.01)
 callbacks: list[keras.callbacks.Callback] = []
 if args.mode == "mldist":
-    opt = mldist.keras.DistributedOptimizer(opt)
+    opt = mldist.keras.DistributedOptimizer(opt, compression=args.compression)
+    callbacks = mldist.keras.default_callbacks()
+elif args.mode == "compute":  # the same run without the all-reduce: each rank applies its own gradient
     callbacks = mldist.keras.default_callbacks()
 # TensorFlow's CPU step runs best without XLA; on JAX every step is XLA-compiled (False would run it eagerly).
 model.compile(opt, "sparse_categorical_crossentropy", jit_compile=keras.config.backend() == "jax")
@@ -126,14 +146,18 @@ if args.mode == "table":
 class Timer(keras.callbacks.Callback):  # type: ignore[misc]
     start = 0.0
     end = 0.0
+    sent_start = 0  # --wire: the interface's sent bytes at the first and after the last timed step
+    sent_end = 0
 
     def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
         if batch == args.warmup:
+            self.sent_start = sent_bytes(args.wire) if args.wire else 0
             self.start = time.perf_counter()
 
     def on_train_batch_end(self, batch: int, logs: object = None) -> None:
         if batch == args.warmup + args.steps - 1:  # before other callbacks' end-of-training work
             self.end = time.perf_counter()
+            self.sent_end = sent_bytes(args.wire) if args.wire else 0
 
 
 if args.mode == "allreduce":
@@ -181,4 +205,7 @@ ds = tf.data.Dataset.from_tensors((x, y)).repeat(args.warmup + args.steps)
 model.fit(ds, epochs=1, verbose=0, callbacks=[*callbacks, timer])
 ips = args.steps * batch / (timer.end - timer.start)
 result = {"rank": rank, "size": size, "images_per_second": ips, "callback_ms_per_step": spent[0] / args.steps * 1e3}
+if args.wire:
+    result["wire_bytes_per_step"] = (timer.sent_end - timer.sent_start) / args.steps
+    result["variable_bytes"] = [int(np.prod(v.shape)) * 4 for v in model.trainable_variables]
 print("RESULT " + json.dumps(result), flush=True)

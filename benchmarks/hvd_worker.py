@@ -1,12 +1,14 @@
 """One Horovod-style synthetic benchmark process on mldist.horovod (driven by horovod_synthetic.py).
 
 Usage: hvd_worker.py [--model cnn|mobilenetv2] [--batch-size B] [--num-warmup-batches W]
-       [--num-batches-per-iter K] [--num-iters I] [--fp16-allreduce] [--one-core [--core C]]
+       [--num-batches-per-iter K] [--num-iters I] [--fp16-allreduce] [--one-core [--core C|rank]]
+       [--horovod]
 
 A model from models.py on random data of its input shape (made once, different per rank),
 a ``@tf.function`` step with hvd.DistributedGradientTape, variables broadcast from rank 0
 after the first step, I timed iterations of K steps each. Rank 0 prints images per second
 per worker and in total; every rank prints ``RESULT {json}`` with its mean images per second.
+``--horovod`` runs the same program on Horovod itself (``horovod.tensorflow``) instead.
 """
 
 from __future__ import annotations
@@ -25,16 +27,22 @@ p.add_argument("--num-batches-per-iter", type=int, default=20)
 p.add_argument("--num-iters", type=int, default=10)
 p.add_argument("--fp16-allreduce", action="store_true", help="send gradients as float16")
 p.add_argument("--one-core", action="store_true", help="pin this process to one CPU")
-p.add_argument("--core", type=int, default=0, help="the CPU --one-core pins to")
+p.add_argument("--core", default="0", help="the CPU --one-core pins to, or 'rank': Open MPI's rank of this process")
+p.add_argument("--horovod", action="store_true", help="Horovod itself (horovod.tensorflow), not mldist.horovod")
 args = p.parse_args()
-if args.one_core:
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[args.core]})
+if args.one_core:  # before TensorFlow starts its threads: they inherit the mask
+    core = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) if args.core == "rank" else int(args.core)
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[core % len(cpus)]})
 
 import keras  # noqa: E402  (Keras 3, as models.py builds with it)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import mldist.horovod as hvd  # noqa: E402
+if args.horovod:
+    import horovod.tensorflow as hvd
+else:
+    import mldist.horovod as hvd
 
 hvd.init()
 
@@ -59,7 +67,9 @@ def step(first_batch: bool) -> None:
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(target, model(data, training=True)))
     tape = hvd.DistributedGradientTape(tape, compression=compression)
-    grads = tape.gradient(loss, model.trainable_variables)
+    # Horovod 0.28.1's tape keys its sources by tf.Variable.ref(), which Keras 3's variables lack: theirs.
+    sources = [v.value for v in model.trainable_variables] if args.horovod else model.trainable_variables
+    grads = tape.gradient(loss, sources)
     opt.apply_gradients(zip(grads, model.trainable_variables, strict=True))
     if first_batch:
         hvd.broadcast_variables(model.variables, root_rank=0)
