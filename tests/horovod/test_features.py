@@ -60,6 +60,7 @@ def test_join_with_uneven_data_as_in_horovod(flavour: str, shared_hvd: Callable[
     assert (r0["loop_w"], r1["loop_w"]) == (-3.0, -6.0)
     assert r0["loop_last"] == r1["loop_last"] == 1 and r0["fit_last"] == r1["fit_last"] == 1
     assert r1["average"] == [1.0, 2.0]  # Horovod's own join test: tensor * (size - 1) / size
+    assert r1["average_bf16"] == [1.0, 2.0]  # the same, sent as bfloat16
     assert r1["broadcast_failed"] is True
 
 

@@ -24,6 +24,7 @@ SHARED = {
     "equivalence": ["fit_modes.py", "equivalence", "OUT"],
     "meangrad": ["fit_modes.py", "meangrad", "OUT"],
     "patience": ["patience.py"],
+    "overlap": ["overlap.py"],
 }
 
 

@@ -51,6 +51,24 @@ def test_collectives_on_two_workers(engine: str, shared_engine: Shared) -> None:
         assert (row["steps"], row["file_steps"]) == (2, 2)
 
 
+def test_collectives_on_two_workers_start_gradient_buckets_in_backprop_order(
+    engine: str, shared_engine: Shared
+) -> None:
+    """Issue 49: a tape step's 40-byte buckets are all-reduced last layer first, one collective each, the
+    first not reading the first layer's gradient (it starts while backprop goes on); the bits equal one
+    bucket's; bf16 reaches the wire (1 + 2**-10 arrives as 1, fp16 keeps it)."""
+    rows = results(shared_engine(engine, "overlap")[0])
+    assert len(rows) == 2
+    for row in rows:
+        assert row["order"] == [10, 4, 12]  # bias 2 + kernel 4x2 (40 B), bias 4, kernel 3x4
+        assert row["independent"] is True
+        assert row["same_bits"] is True
+        assert row["bf16"] == [2.0, 1.0, 1.0 + 2**-10]
+        assert row["bf16_tape"] == [True] * 4  # within bfloat16's precision of float32, not equal to it
+        # MPI moves the 16 bits (its own sum); TensorFlow's collectives sum no bfloat16: float32 there.
+        assert row["wire"] == ["uint16" if engine == "mpi" else "float32"]
+
+
 def test_one_worker_collectives_are_identities() -> None:
     res = check(run_py(str(WORKERS / "collectives.py")))
     (row,) = results(res.stdout)

@@ -5,7 +5,7 @@
 2. Horovod's own join test: rank 0 joins first, rank 1's average is tensor * (size - 1) / size.
 3. A broadcast while rank 0 has joined fails on rank 1, which then joins.
 4. Keras fit with 2 batches on rank 0 and 4 on rank 1, then join.
-Prints RESULT {rank, loop_w, loop_last, average, broadcast_failed, fit_last}.
+Prints RESULT {rank, loop_w, loop_last, average, average_bf16, broadcast_failed, fit_last}.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ if r == 0:
     hvd.join()
 else:
     result["average"] = hvd.allreduce(tensor).numpy().tolist()
+    # Sent as 16 bits with their own MPI sum: the joined rank must answer with the same operation.
+    result["average_bf16"] = hvd.allreduce(tensor, compression=hvd.Compression.bf16).numpy().tolist()
     hvd.join()
 
 if r == 0:

@@ -45,7 +45,7 @@ def make_reduction(
     if gradient_predivide_factor != 1.0 and resolved != Average:
         raise ConfigError("gradient_predivide_factor only applies to op=hvd.Average")
     if not (hasattr(compression, "compress") and hasattr(compression, "decompress")):
-        raise ConfigError(f"compression={compression!r}: use hvd.Compression.none or hvd.Compression.fp16")
+        raise ConfigError(f"compression={compression!r} is not a compressor: use hvd.Compression.none, .fp16 or .bf16")
     return Reduction(resolved, compression, bool(sparse_as_dense), float(gradient_predivide_factor), process_set)
 
 
@@ -104,7 +104,8 @@ def _reduce(grads: list[Any], how: Reduction) -> list[Any]:
         raise ConfigError(XLA_CPU_FIX)
     if how.sparse_as_dense:
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+    # Last layers first, as backprop makes them: each bucket's all-reduce starts while backprop goes on.
+    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)][::-1]
     prescale, postscale = 1.0 / how.predivide, how.predivide
     tensors = [tf.convert_to_tensor(grads[i]) for i in dense]
     reduced = reduce_dense(tensors, how.op, prescale, postscale, how.compression)
@@ -119,7 +120,7 @@ class DistributedGradientTape:
 
     Args:
         gradtape: the tape that recorded the forward pass.
-        compression: hvd.Compression.none or .fp16.
+        compression: hvd.Compression.none, .fp16 or .bf16 (mldist's).
         sparse_as_dense: densify IndexedSlices before reducing.
         op: hvd.Average (default) or hvd.Sum (Min/Max/Product work but rarely make sense).
         gradient_predivide_factor: with Average, divide by this before the sum and by size/this after.

@@ -101,7 +101,7 @@ def DistributedOptimizer(
     Args:
         optimizer: any Keras optimizer instance (not yet used).
         bucket_bytes: capacity of one fused collective.
-        compression: None, or "fp16" to halve the bytes sent.
+        compression: None, or "fp16" or "bf16" to halve the bytes sent.
 
     Example::
 

@@ -28,11 +28,15 @@ from . import worker as runtime
 from .engine import NO_SUBGROUPS, Engine, running
 from .failures import Deferred, mismatch
 
-#: Default bucket size: large enough that a typical CNN needs one collective.
-DEFAULT_BUCKET_BYTES = 64 * 1024 * 1024
+#: Default bucket size. Buckets start their all-reduce as backprop fills them (last layers first); only
+#: the last one (the first layers') cannot overlap compute. MobileNetV2 (14 MB of gradients), 2 workers
+#: on loopback, ms a step: one bucket 298, 16 MB 331 (noisy), 4 MB 264, 1 MB 277; before overlap 314.
+DEFAULT_BUCKET_BYTES = 4 * 1024 * 1024
 OPS = ("mean", "sum", "max", "min", "prod")
 __all__ = ["allgather", "allreduce", "broadcast"]
-COMPRESSIONS = (None, "fp16")
+COMPRESSIONS = (None, "fp16", "bf16")
+#: The dtype each compression sends float32/float64 tensors as.
+WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -83,10 +87,16 @@ def check_compression(compression: str | None) -> None:
     """Raise ConfigError unless ``compression`` is one of :data:`COMPRESSIONS`.
 
     Example:
-        >>> check_compression("fp16")
+        >>> check_compression("bf16")
+        >>> check_compression("int8")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: compression='int8' is not a compression: use 'fp16' or 'bf16' ... or None
     """
     if compression not in COMPRESSIONS:
-        raise ConfigError(f"compression={compression!r}: use None or 'fp16'")
+        raise ConfigError(
+            f"compression={compression!r} is not a compression: use 'fp16' or 'bf16' (16-bit gradients) or None"
+        )
 
 
 def _check(op: str, compression: str | None) -> None:
@@ -155,9 +165,10 @@ def _fused_reduce(flat: list[Any], op: str, bucket_bytes: int, compression: str 
     if prescale != 1.0:  # dividing before the sum keeps fp16 buffers from overflowing
         buffers = [b * tf.cast(prescale, b.dtype) for b in buffers]
         fresh = [True] * len(buffers)
-    if compression == "fp16":
+    if compression is not None:  # bf16 keeps float32's range (no overflow), fp16 3 more bits of precision
+        wire = getattr(tf, WIRE_DTYPES[compression])
         fresh = [new or b.dtype in (tf.float32, tf.float64) for b, new in zip(buffers, fresh, strict=True)]
-        buffers = [tf.cast(b, tf.float16) if b.dtype in (tf.float32, tf.float64) else b for b in buffers]
+        buffers = [tf.cast(b, wire) if b.dtype in (tf.float32, tf.float64) else b for b in buffers]
     eng = engine()
     if eng.in_place:
         buffers = owned(buffers, fresh)
@@ -276,7 +287,7 @@ def allreduce(
         tensors: a tensor, or a list/tuple/dict of them.
         op: "mean", "sum", "max", "min" or "prod".
         bucket_bytes: capacity of one fused collective (per dtype).
-        compression: "fp16" sends float tensors as float16 (gradients).
+        compression: "fp16" or "bf16" sends float tensors as float16 or bfloat16 (gradients).
 
     Example::
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ConfigError, UnsupportedError
 from . import compat
 from . import worker as runtime
-from .collectives import DEFAULT_BUCKET_BYTES, allreduce
+from .collectives import DEFAULT_BUCKET_BYTES, allreduce, check_compression
 from .engine import running
 
 XLA_CPU_FIX = (
@@ -49,7 +49,7 @@ def average_gradients(
     Args:
         grads: one gradient (tensor, IndexedSlices or None) per variable.
         bucket_bytes: capacity of one fused collective.
-        compression: "fp16" to send float16.
+        compression: "fp16" or "bf16" to send 16-bit floats.
 
     Example::
 
@@ -62,7 +62,9 @@ def average_gradients(
     _check_not_xla_on_cpu()
     import tensorflow as tf
 
-    present = [i for i, g in enumerate(grads) if g is not None]
+    # Backprop makes the last layers' gradients first: bucketed in that order, their all-reduce
+    # starts while the first layers' are still being computed.
+    present = [i for i, g in enumerate(grads) if g is not None][::-1]
     # Sparse gradients (embeddings) are densified: one fused buffer beats many gathers.
     dense = [tf.convert_to_tensor(grads[i]) for i in present]
     reduced = allreduce(dense, "mean", bucket_bytes=bucket_bytes, compression=compression)
@@ -78,7 +80,7 @@ class DistributedGradientTape:
     Args:
         tape: the tape that recorded the forward pass.
         bucket_bytes: capacity of one fused collective.
-        compression: None, or "fp16".
+        compression: None, "fp16" or "bf16".
 
     Example::
 
@@ -87,6 +89,7 @@ class DistributedGradientTape:
 
     def __init__(self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None) -> None:
         _check_not_jax("DistributedGradientTape")
+        check_compression(compression)
         runtime.warn_idle_gpus()
         self._tape = tape
         self._bucket_bytes = bucket_bytes
