@@ -41,6 +41,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="directory for the result files (default: the run directory)")
     p.add_argument("--checkpoint-dir", help="save checkpoints here and resume from the newest one")
+    p.add_argument("--compression", choices=("fp16", "bf16"), help="send the gradients as 16-bit floats")
     return p.parse_args()
 
 
@@ -99,7 +100,8 @@ def main() -> None:
         seed=args.seed,
     )
     model = build_model()
-    opt = mldist.keras.DistributedOptimizer(keras.optimizers.Adam(mldist.keras.scale_lr(args.lr)))
+    adam = keras.optimizers.Adam(mldist.keras.scale_lr(args.lr))
+    opt = mldist.keras.DistributedOptimizer(adam, compression=args.compression)
     model.compile(opt, "sparse_categorical_crossentropy", metrics=["accuracy"])
     callbacks = [*mldist.keras.default_callbacks(), mldist.keras.LearningRateWarmup(args.warmup_epochs)]
     if args.checkpoint_dir:  # last: the warmup reads the target rate before a restore changes it

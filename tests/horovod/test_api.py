@@ -42,6 +42,7 @@ ONCE = (
     "sparse-average-values",
     "sparse-average-indices",
     "fp16-compression",
+    "bf16-compression",
     "tape-predivide",
     "tape-sum",
 )

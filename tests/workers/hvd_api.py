@@ -179,6 +179,8 @@ def gradients_and_sparse(tf: Any) -> None:
     same("sparse-average-indices", out.indices.numpy(), np.arange(n, dtype=np.int32))
     half = hvd.allreduce(tf.constant([1.0, 3.0]) * (r + 1), compression=hvd.Compression.fp16)
     same("fp16-compression", half.numpy(), np.array([1.0, 3.0], np.float32) * (n + 1) / 2)
+    brain = hvd.allreduce(tf.constant([1.0, 3.0]) * (r + 1), compression=hvd.Compression.bf16)
+    same("bf16-compression", brain.numpy(), np.array([1.0, 3.0], np.float32) * (n + 1) / 2)
     w = tf.Variable(tf.ones([2]))
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(w * float(r + 1))

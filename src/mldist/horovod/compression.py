@@ -1,4 +1,4 @@
-"""Horovod's gradient compressors: ``Compression.none`` and ``Compression.fp16``.
+"""Horovod's gradient compressors: ``Compression.none`` and ``Compression.fp16``; mldist adds ``Compression.bf16``.
 
 A compressor has ``compress(tensor) -> (tensor, ctx)`` and
 ``decompress(tensor, ctx) -> tensor``; user-written ones with the same two
@@ -58,8 +58,27 @@ class FP16Compressor(Compressor):
         return tensor if ctx is None else tf.cast(tensor, ctx)
 
 
+class BF16Compressor(Compressor):
+    """Send float32/float64 tensors as bfloat16 (half the bytes, float32's range); other dtypes as they are."""
+
+    @staticmethod
+    def compress(tensor: Any) -> tuple[Any, Any]:
+        import tensorflow as tf
+
+        if tensor.dtype in (tf.float32, tf.float64):
+            return tf.cast(tensor, tf.bfloat16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        import tensorflow as tf
+
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+
 class Compression:
-    """The compressors by Horovod's names."""
+    """The compressors by Horovod's names (``bf16`` is mldist's)."""
 
     none = NoneCompressor
     fp16 = FP16Compressor
+    bf16 = BF16Compressor
