@@ -271,11 +271,12 @@ def _reduce_in_place(a: np.ndarray[Any, Any], mpi_op: Any) -> np.ndarray[Any, An
     from mpi4py import MPI
 
     send, out = (MPI.IN_PLACE, a) if a.flags.writeable and a.flags.c_contiguous else (a, _output(a.size, a.dtype))
-    # Nonblocking, waited for with sleeping polls (each poll moves the transfer on): a blocking
+    # Nonblocking, driven by polls that yield the core (each poll moves the transfer on): a blocking
     # MPI_Allreduce busy-polls a core that backprop needs. Loopback, 2 workers of 1 core, MobileNetV2,
     # 4 MB buckets, ms a step: quiet machine 196 against 187 blocking (271 against 264); with other jobs
-    # on the cores 320 against 534. A joined rank answers with the same call (mpi_join.answer).
-    mpi_wait.wait(World.active.Iallreduce(send, out, mpi_op))
+    # on the cores 320 against 534. Sleeping polls left a real link idle (mpi_wait.drive). A joined rank
+    # answers with the same call (mpi_join.answer).
+    mpi_wait.drive(World.active.Iallreduce(send, out, mpi_op))
     return out
 
 

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -44,3 +45,19 @@ def wait(request: Any) -> None:
     while not request.Test():
         time.sleep(nap)
         nap = min(nap * 2, LONGEST_NAP)
+
+
+def drive(request: Any) -> None:
+    """Wait for a data collective with every rank already there: poll, yielding the core between polls.
+
+    Open MPI moves a transfer on only inside MPI calls, so the sleeping polls of :func:`wait` (up to
+    :data:`LONGEST_NAP` apart) leave a network link idle between them: over a 1 Gbit/s link the CNN's
+    1.4 MB all-reduce went 1347 -> 2387 images/s per worker when polled without naps. Yielding
+    instead of sleeping lets backprop, when it has work, take the core first (the overlap), and keeps
+    the transfer moving when it has none.
+
+    Args:
+        request: the ``mpi4py.MPI.Request`` of the data collective.
+    """
+    while not request.Test():
+        os.sched_yield()
