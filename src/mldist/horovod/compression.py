@@ -40,40 +40,36 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-class FP16Compressor(Compressor):
+class _CastCompressor(Compressor):
+    """Send float32/float64 tensors as :attr:`wire` (a TensorFlow dtype's name); other dtypes as they are."""
+
+    wire = "float16"
+
+    @classmethod
+    def compress(cls, tensor: Any) -> tuple[Any, Any]:  # type: ignore[override]
+        import tensorflow as tf
+
+        if tensor.dtype in (tf.float32, tf.float64):
+            return tf.cast(tensor, getattr(tf, cls.wire)), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: Any, ctx: Any) -> Any:
+        import tensorflow as tf
+
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+
+class FP16Compressor(_CastCompressor):
     """Send float32/float64 tensors as float16 (half the bytes); other dtypes as they are."""
 
-    @staticmethod
-    def compress(tensor: Any) -> tuple[Any, Any]:
-        import tensorflow as tf
-
-        if tensor.dtype in (tf.float32, tf.float64):
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: Any, ctx: Any) -> Any:
-        import tensorflow as tf
-
-        return tensor if ctx is None else tf.cast(tensor, ctx)
+    wire = "float16"
 
 
-class BF16Compressor(Compressor):
+class BF16Compressor(_CastCompressor):
     """Send float32/float64 tensors as bfloat16 (half the bytes, float32's range); other dtypes as they are."""
 
-    @staticmethod
-    def compress(tensor: Any) -> tuple[Any, Any]:
-        import tensorflow as tf
-
-        if tensor.dtype in (tf.float32, tf.float64):
-            return tf.cast(tensor, tf.bfloat16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: Any, ctx: Any) -> Any:
-        import tensorflow as tf
-
-        return tensor if ctx is None else tf.cast(tensor, ctx)
+    wire = "bfloat16"
 
 
 class Compression:
