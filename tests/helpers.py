@@ -225,3 +225,14 @@ def start_service(script: Path, needs: str, export: str, env: dict[str, str] | N
 def stop_service(script: Path) -> None:
     """``bash SCRIPT stop``: stops only what the script started."""
     subprocess.run(["bash", str(script), "stop"], capture_output=True, text=True, timeout=120)
+
+
+class Probe:
+    """Stands in for joining the MPI world (``mldist.placement.engines.decide_with``'s ``mpi``): counts the calls."""
+
+    def __init__(self, world: Any) -> None:
+        self.world, self.calls = world, 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        return self.world

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helpers import Probe
 from mldist.errors import ConfigError
 from mldist.placement import Placement, engines
 from mldist.placement.engines import Decision, MpiWorld, decide, disagreement
@@ -124,17 +125,6 @@ def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.Monk
     assert decision == Decision("nccl", "spy") and spy.calls[-1]["rank"] == 1
     assert _engine({}, placement, has_gpu=False)["choice"] == "nccl"
     assert len(spy.calls) == 2
-
-
-class Probe:
-    """Stands in for joining the MPI world: counts the calls."""
-
-    def __init__(self, world: MpiWorld | str | None) -> None:
-        self.world, self.calls = world, 0
-
-    def __call__(self) -> MpiWorld | str | None:
-        self.calls += 1
-        return self.world
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from helpers import PY, check, clean_env, mldist
+from helpers import PY, Probe, check, clean_env, mldist
 from mldist.errors import ConfigError
 from mldist.placement import Placement, engines, handed
 from mldist.placement.engines import Decision, MpiWorld
@@ -19,17 +19,6 @@ from mldist.placement.handed import Handed
 WORLD2 = MpiWorld(1, 2, "Open MPI v5.0.8, package: Open MPI")
 CPU_RING = Handed(Decision("ring", "mpi4py is not installed (pip install 'mldist[cpu]')"), "auto", gpu=False)
 CPU_MPI = Handed(Decision("mpi", library="mpiexec /venv/bin/mpiexec"), "auto", gpu=False)
-
-
-class Probe:
-    """Stands in for joining the MPI world: counts the calls."""
-
-    def __init__(self, world: MpiWorld | str | None) -> None:
-        self.world, self.calls = world, 0
-
-    def __call__(self) -> MpiWorld | str | None:
-        self.calls += 1
-        return self.world
 
 
 @pytest.mark.parametrize("name", handed.ENGINES)
