@@ -210,3 +210,15 @@ def test_every_worker_gets_the_common_rank_variables_and_a_users_own_stay() -> N
     res = check(mldist(["run", "-n", "2", "--communication", "ring", "--", PY, "-c", code], env=env))
     assert sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()) == ["7 2 0 2", "7 2 1 2"]
     assert res.stderr.count("RANK=7 of this environment stays as it is for every worker") == 1, res.stderr
+
+
+def test_mpi_workers_get_open_mpis_rabenseifner_iallreduce_unless_the_user_chose() -> None:
+    # libnbc's default for < 4 ranks or in-place sends the whole buffer twice, one way after the other
+    # (placement.common.MPI_TUNING); a user's own choice (a site's tuning) stays.
+    name = "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
+    code = f"import os; print(os.environ.get({name!r}))"
+    cmd = ["run", "-n", "2", "--communication", "mpi", "--", PY, "-c", code]
+    res = check(mldist(cmd))
+    assert sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()) == ["3", "3"]
+    res = check(mldist(cmd, env=clean_env(**{name: "1"})))
+    assert sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()) == ["1", "1"]

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..errors import DetectionError, UnsupportedError
-from ..placement import Placement, detect, no_discovery
+from ..placement import Placement, common, detect, no_discovery
 from ..placement.engines import COMMUNICATIONS, MpiWorld, mpi_problem
 from .context import STATE, context
 
@@ -220,6 +221,8 @@ def probe_mpi(env: Mapping[str, str]) -> MpiWorld | str | None:
     """
     if not any(name in env for name in MPI_MARKERS):
         return None
+    if "mpi4py.MPI" not in sys.modules:  # MPI reads its settings once, as it starts (a bare mpirun: no hook)
+        os.environ.update(common.added(os.environ, common.MPI_TUNING))
     try:
         from mpi4py import MPI
     except ImportError:

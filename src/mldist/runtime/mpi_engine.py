@@ -85,12 +85,13 @@ _SIGNATURES: dict[tuple[Any, ...], np.ndarray[Any, Any]] = {}
 def _signature(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]]) -> np.ndarray[Any, Any]:
     """``[kind, arg, count, crc(layout)]``, its negation, "not joined" and ``-rank``: one MAX all-reduce
     gives the maximum and minimum, whether a rank has joined, and the lowest active rank."""
-    me = World.active.Get_rank()
-    key = (kind, arg, me, *((a.dtype.num, a.size) for a in arrays))
+    me, size = World.active.Get_rank(), World.active.Get_size()
+    key = (kind, arg, me, size, *((a.dtype.num, a.size) for a in arrays))
     if key not in _SIGNATURES:
-        layout = np.array(key[3:], np.int64).tobytes()
+        layout = np.array(key[4:], np.int64).tobytes()
         sig = np.array([_KINDS[kind], arg, len(arrays), zlib.crc32(layout)], np.int64)
-        _SIGNATURES[key] = np.concatenate([sig, -sig, [0, -me]])
+        padding = np.zeros(mpi_join.slots(size) - mpi_join.SIGNATURE, np.int64)  # (Rabenseifner's minimum)
+        _SIGNATURES[key] = np.concatenate([sig, -sig, [0, -me], padding])
     both: np.ndarray[Any, Any] = _SIGNATURES[key].copy()
     return both
 
@@ -276,7 +277,7 @@ def _reduce_in_place(a: np.ndarray[Any, Any], mpi_op: Any) -> np.ndarray[Any, An
     # 4 MB buckets, ms a step: quiet machine 196 against 187 blocking (271 against 264); with other jobs
     # on the cores 320 against 534. Sleeping polls left a real link idle (mpi_wait.drive). A joined rank
     # answers with the same call (mpi_join.answer).
-    mpi_wait.drive(World.active.Iallreduce(send, out, mpi_op))
+    mpi_join.allreduce(World.active, send, out, mpi_op, mpi_wait.drive)
     return out
 
 

@@ -26,6 +26,46 @@ from . import mpi_wait
 
 #: What a joined rank puts in the agreement all-reduce: the smallest int64 (ignored by MAX).
 JOINED = np.iinfo(np.int64).min
+#: The agreement all-reduce's values (mpi_engine._signature): kind, arg, count, crc, their negations,
+#: "joined", -rank.
+SIGNATURE = 10
+
+
+def power_of_two_below(size: int) -> int:
+    """The largest power of two not above ``size``: Open MPI's Rabenseifner all-reduce needs that many elements.
+
+    Example:
+        >>> power_of_two_below(2), power_of_two_below(24), power_of_two_below(64)
+        (2, 16, 64)
+    """
+    return 1 << (size.bit_length() - 1)
+
+
+def slots(size: int) -> int:
+    """The agreement all-reduce's length on ``size`` ranks: :data:`SIGNATURE`, padded (with zeros) to
+    :func:`power_of_two_below`, so that it never falls back to a ring of ``2 x (size - 1)`` steps.
+
+    Example:
+        >>> slots(2), slots(64)
+        (10, 64)
+    """
+    return max(SIGNATURE, power_of_two_below(size))
+
+
+def allreduce(comm: Any, send: Any, out: np.ndarray[Any, Any], op: Any, poll: Callable[[Any], None]) -> None:
+    """One data all-reduce into ``out``, every rank already there (they met in the agreement all-reduce).
+
+    Nonblocking, its request handed to ``poll`` (which keeps it moving); blocking below
+    :func:`power_of_two_below` elements, where Open MPI's Rabenseifner (mldist's setting, see
+    ``mldist.placement.common.MPI_TUNING``) would fall back to a ring. Every rank picks alike (same
+    count): blocking and nonblocking collectives never match each other.
+    """
+    if out.size < power_of_two_below(comm.Get_size()):
+        comm.Allreduce(send, out, op)
+    else:
+        poll(comm.Iallreduce(send, out, op))
+
+
 #: Agreement codes of the all-reduces joined ranks answer (see mpi_engine._KINDS).
 REDUCE_CODES = {1: "sum", 2: "max", 3: "min", 6: "prod", 7: "sum_float16", 8: "sum_bfloat16"}
 _KINDS_OF_BUFFER = ("float16", "float32", "float64", "complex64", "complex128", "int8", "uint8", "int16")
@@ -98,8 +138,8 @@ def answer(comm: Any, code: int, shapes: list[tuple[int, int]], mpi_ops: dict[st
     op = REDUCE_CODES[code]
     for num, size in shapes:
         dtype = _DTYPES[num]
-        # Nonblocking as the engine's own (blocking and nonblocking collectives never match each other).
-        mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, np.full(size, identity(op, dtype), dtype), mpi_ops[op]))
+        # The engine's own call (blocking and nonblocking collectives never match each other).
+        allreduce(comm, MPI.IN_PLACE, np.full(size, identity(op, dtype), dtype), mpi_ops[op], mpi_wait.wait)
 
 
 def join_rounds(comm: Any, rank: int, begin: Callable[[], None], end: Callable[[], None]) -> int:
@@ -114,7 +154,8 @@ def join_rounds(comm: Any, rank: int, begin: Callable[[], None], end: Callable[[
     while True:
         begin()
         try:
-            both = np.full(10, JOINED, np.int64)
+            both = np.zeros(slots(comm.Get_size()), np.int64)
+            both[:SIGNATURE] = JOINED
             both[8] = 1
             mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # matches the engine's signature
             if both[0] == JOINED:  # no active rank is left: everyone has joined
