@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create or update .venv with mldist (editable), TensorFlow for CPUs, JAX for CPUs (Keras 3 on
-# JAX and its tests), TensorFlow Probability (examples/bayesian_tfp.py and its test) and the dev tools.
+# JAX and its tests), TensorFlow Probability (examples/bayesian_tfp.py and its test), the dev tools and the
+# documentation site's (scripts/docs.sh).
 # Idempotent: a second run with unchanged inputs only checks and returns.
 # --no-compile leaves byte-compiling .venv to the caller (scripts/test.sh does it beside mypy).
 set -euo pipefail
@@ -44,7 +45,7 @@ echo "bootstrap: installing mldist and its dependencies into .venv (about a minu
 # --no-compile, then compileall on every core: pip compiles the 11,000 modules one by one
 # (84 s in all here, 68 s this way).
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt \
-  -e ".[cpu,jax,dev,tfp]" 2> >(grep -v "is neither a file nor a directory" >&2)
+  -e ".[cpu,jax,dev,tfp,docs]" 2> >(grep -v "is neither a file nor a directory" >&2)
 # Legacy Keras 2 for TF_USE_LEGACY_KERAS=1 users and for tfp.layers: --no-deps, because tf-keras's
 # metadata pulls the full (CUDA) tensorflow wheel next to tensorflow-cpu.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -c constraints.txt \

@@ -76,6 +76,8 @@ def engine(request: pytest.FixtureRequest) -> str:
 #: fixtures), so that it happens once.
 GROUPS = (
     (r"tests/(slurm/|launch/test_hosts\.py)", "services"),
+    # One build of the documentation site for the tests that read it.
+    (r"tests/docs/test_docs_(site|browser)\.py::", "docs"),
     # One reference run per Keras backend: MPI's and RING's tests share the TensorFlow one.
     (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[(mpi|ring)\]", "checkpoint-tf"),
     (r"tests/training/test_checkpoint\.py::test_(sigkilled|sigterm|corrupted)\w*\[jax\]", "checkpoint-jax"),
@@ -102,6 +104,7 @@ GROUPED_FIXTURES = (
     "shared_hvd",
     "shared_engine",
     "one_process_fit",
+    "docs_site",
 )
 
 
