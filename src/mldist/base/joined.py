@@ -7,6 +7,13 @@ start-up hook of mldist's workers (:mod:`mldist.runtime.startup`) leaves a note 
 exit, in the job's progress folder (:func:`mldist.base.progress.folder`): how it joined, or
 ``alone``. The launcher reads the notes when the group ends and says one line.
 
+A group that half forms (some ranks join, the others finish without joining) would wait for ever:
+MPI's start-up and JAX's wait for every rank. A rank about to join marks it first (:func:`mark`,
+``group-R.joining``: the launch and the user's line), before that start-up; a rank that finishes
+alone notes it first. Each then looks for the other: the joining rank that finds an ``alone`` note,
+or the rank finishing alone that finds a joining rank still there, ends the job with one line
+(:func:`half_formed`). Both write before they read, so one of them always sees the other.
+
 Example:
     >>> line({0: "alone", 1: "alone"}, 2)[:35], line({0: "alone", 1: "alone"}, 2)[-23:]
     ('the 2 workers never formed a group ', 'each trained on its own')
@@ -20,10 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import envvalues
+from . import envvalues, progress
 from .files import atomic_write
 
 ALONE = "alone"
@@ -35,6 +42,7 @@ HOOK_ENV = envvalues.HOOK.name
 #: worker they start, and each shim removes it from that worker's environment.
 SKIP_ENV = envvalues.HOOK_SKIP.name
 _FILE = re.compile(r"group-([0-9]{1,7})")
+_MARK = re.compile(r"group-([0-9]{1,7})\.joining")
 _HOW = re.compile(r"[a-z_.]{1,40}")
 _WAYS = "mldist.init(), hvd.init() or keras.distribution.initialize()"
 
@@ -70,30 +78,125 @@ def required(env: Mapping[str, str]) -> bool:
     return envvalues.REQUIRE_GROUP.read(env)
 
 
-def write(where: Path, rank: int, how: str) -> None:
-    """Rank ``rank``'s note: how it joined (``mldist.init``, ``jax.distributed``, ``tf.distribute``) or ``alone``."""
+def write(where: Path, rank: int, how: str, launch: str = "") -> None:
+    """Rank ``rank``'s note: how it joined (``mldist.init``, ``jax.distributed``, ``tf.distribute``) or ``alone``;
+    ``launch`` (:func:`launch_key`), on a second line, tells it from an earlier launch's in the same folder."""
     with contextlib.suppress(OSError):
         where.mkdir(parents=True, exist_ok=True)
-        atomic_write(where / f"group-{rank}", how + "\n")
+        atomic_write(where / f"group-{rank}", how + "\n" + (launch + "\n" if launch else ""))
 
 
-def read(where: Path) -> dict[int, str]:
-    """Every rank's note in ``where`` (ranks without one are missing: not Python, or the hook was off)."""
+def _lines(path: Path) -> list[str]:
+    """A note's lines (none when it cannot be read)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return []
+
+
+def read(where: Path, launch: str | None = None) -> dict[int, str]:
+    """Every rank's note in ``where`` (ranks without one are missing: not Python, or the hook was off);
+    with ``launch``, only the notes of that launch."""
     notes: dict[int, str] = {}
     with contextlib.suppress(OSError):
         for path in where.iterdir():
             name = _FILE.fullmatch(path.name)
             if name is None:
                 continue
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                how = path.read_text(encoding="utf-8").strip()
-                if _HOW.fullmatch(how):
-                    notes[int(name.group(1))] = how
+            lines = _lines(path)
+            if lines and _HOW.fullmatch(lines[0]) and (launch is None or lines[1:2] == [launch]):
+                notes[int(name.group(1))] = lines[0]
     return notes
 
 
+def launch_key(env: Mapping[str, str]) -> str:
+    """What names one launch of the workers: ``mldist run``'s run id, else the bare launcher's job (one
+    ``srun`` step, one ``mpiexec``); "" when nothing does.
+
+    Example:
+        >>> launch_key({"MLDIST_RUN_ID": "ab12"}), launch_key({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"})
+        ('ab12', 'SLURM_JOB_ID=7.0')
+    """
+    if run_id := envvalues.RUN_ID.read(env):
+        return run_id
+    name = next((name for name in progress.JOB_KEYS if env.get(name)), None)
+    if name is None:
+        return ""
+    step = f".{env.get('SLURM_STEP_ID', '')}" if name == "SLURM_JOB_ID" else ""
+    return re.sub(r"\s", "_", f"{name}={env[name]}{step}")
+
+
+def mark(where: Path, rank: int, launch: str, site: str) -> None:
+    """Mark that rank ``rank`` of ``launch`` begins to join a group at ``site`` (``train.py:12``)."""
+    with contextlib.suppress(OSError):
+        where.mkdir(parents=True, exist_ok=True)
+        atomic_write(where / f"group-{rank}.joining", f"{launch}\n{' '.join(site.split())}\n")
+
+
+def unmark(where: Path, rank: int) -> None:
+    """Remove rank ``rank``'s mark (its join failed, and the script may go on alone)."""
+    with contextlib.suppress(OSError):
+        (where / f"group-{rank}.joining").unlink()
+
+
+def marks(where: Path, launch: str) -> dict[int, str]:
+    """The ranks of ``launch`` that began to join, each with the line it joins at (see :func:`mark`)."""
+    found: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for path in where.iterdir():
+            name = _MARK.fullmatch(path.name)
+            lines = _lines(path) if name is not None else []
+            if name is not None and len(lines) >= 2 and lines[0] == launch:
+                found[int(name.group(1))] = lines[1]
+    return found
+
+
+def waiting(marked: Mapping[int, str], notes: Mapping[int, str]) -> dict[int, str]:
+    """The ranks that began to join and are still there (no note at exit), each with its line.
+
+    Example:
+        >>> waiting({0: "t.py:3", 2: "t.py:3"}, {1: "alone", 2: "mldist.init"})
+        {0: 't.py:3'}
+    """
+    return {rank: site for rank, site in sorted(marked.items()) if rank not in notes}
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:LISTED]))}" + (
+        f" and {len(ranks) - LISTED} more" if len(ranks) > LISTED else ""
+    )
+
+
+#: How many ranks and places a half-formed line lists in full.
+LISTED = 4
+
+
+def half_formed(alone: Sequence[int], waits: Mapping[int, str]) -> str:
+    """The line when ranks ``alone`` finished without joining while ranks ``waits`` (rank -> where it waits:
+    ``start-up (train.py:12)``, a collective) wait for them.
+
+    Example:
+        >>> said = half_formed([1], {0: "start-up (train.py:12)"}).split("; ")
+        >>> said[0][:39], said[1][:46]
+        ('rank 1 exited without joining the group', 'rank 0 waits for it in start-up (train.py:12):')
+        >>> half_formed([1, 3], {0: "start-up (t.py:2)", 2: "start-up (t.py:2)"}).split("; ")[1][:48]
+        'ranks 0, 2 wait for them in start-up (t.py:2): e'
+    """
+    by_place: dict[str, list[int]] = {}
+    for rank, place in sorted(waits.items()):
+        by_place.setdefault(place, []).append(rank)
+    them = "them" if len(alone) > 1 else "it"
+    places = [
+        f"{_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} for {them} in {place}"
+        for place, ranks in list(by_place.items())[:LISTED]
+    ]
+    return (
+        f"{_ranks(sorted(alone))} exited without joining the group (no {_WAYS}); {'; '.join(places)}: "
+        "every rank must join (no join behind a condition that differs by rank, or after an early exit)"
+    )
+
+
 def clear(where: Path) -> None:
-    """Remove the notes of an earlier start (a reused run directory, a restarted group)."""
+    """Remove the notes and marks of an earlier start (a reused run directory, a restarted group)."""
     with contextlib.suppress(OSError):
         for path in where.glob("group-*"):
             path.unlink()

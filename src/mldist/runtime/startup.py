@@ -5,9 +5,13 @@ Two things, both for scripts that never call mldist:
 - The variables other tools read (:mod:`mldist.placement.common`: ``RANK`` and the rest,
   Keras's ``KERAS_DISTRIBUTION_*``, ``TF_CONFIG`` when asked), from mldist's placement, where
   the launcher could not set them per rank (the ranks of a batch job, started by srun,
-  mpiexec, aprun or PALS). Never over a value already set.
+  mpiexec, aprun or PALS). Never over a value already set. Once the script imports JAX, JAX's
+  own ``jax.distributed.initialize()`` finds the group too (:func:`mldist.runtime.patches.jax_own_initialize`).
 - At exit, a note on whether this worker joined a group, and how (:mod:`mldist.base.joined`):
   the launcher says one line when the workers never formed one (``MLDIST_GROUP_NOTE=0``: no note).
+  A worker that finishes alone while another rank of its launch waits to join (its mark, from
+  :func:`joining`) ends the job instead: one line, exit code 2, so that any launcher ends the others,
+  which MPI's or JAX's start-up would keep waiting for ever.
 
 The hook imports this module only in a Python that a launcher's variables make a worker
 (``sitecustomize.py`` looks first, reading the environment alone). Nothing here imports TensorFlow
@@ -25,7 +29,7 @@ import atexit
 import contextlib
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from ..base import envvalues, joined, progress
@@ -50,13 +54,17 @@ def begin(environ: MutableMapping[str, str]) -> None:
         return  # a Python the worker started (multiprocessing's spawn, a tool): the worker speaks for itself
     environ[_FIRST] = str(os.getpid())
     rank = fill(environ)
+    if rank is not None:  # JAX's own initialize() finds this group, once the script imports JAX
+        from . import patches
+
+        patches.jax_own_initialize()
     where = progress.folder(environ)
     if rank is not None and where is not None and _wanted(envvalues.GROUP_NOTE, environ):
         # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
-        atexit.register(_note, where, rank)
+        atexit.register(_note, where, rank, joined.launch_key(environ))
 
 
-def _wanted(setting: Setting[bool], environ: MutableMapping[str, str]) -> bool:
+def _wanted(setting: Setting[bool], environ: Mapping[str, str]) -> bool:
     """A yes/no setting, its default when the value is bad: the hook never stops a program
     (``mldist run`` and ``mldist.init()`` refuse the value in one line).
 
@@ -114,6 +122,90 @@ def how_joined() -> str:
     return joined.ALONE
 
 
-def _note(where: Path, rank: int) -> None:
+class _Said:
+    """Whether this rank said a half-formed group's line already (:func:`joining`): once per job is enough."""
+
+    done = False
+
+
+def joining(environ: Mapping[str, str], rank: int) -> None:
+    """Before this rank joins a group of two or more (``mldist.init()``, ``hvd.init()``): mark it, with the
+    user's line, where the ranks of its launch look (:func:`mldist.base.joined.mark`).
+
+    MPI's start-up and JAX's wait for every rank, holding Python's lock for as long (MPI's): a rank of
+    this launch that finished alone already means the group can never form. Then this rank says so in one
+    line and exits 2 (a ``SystemExit``, before any start-up), which ends the job under any launcher.
+
+    Args:
+        environ: the process's environment.
+        rank: this rank.
+
+    Example::
+
+        joining(os.environ, placement.rank)   # mldist.init() does this before the engine starts
+    """
+    where, launch = progress.folder(environ), joined.launch_key(environ)
+    if where is None or not launch or not _wanted(envvalues.GROUP_NOTE, environ):
+        return
+    site = _site()
+    joined.mark(where, rank, launch, site)  # first the mark, then the look: a rank finishing alone does the opposite
+    alone = sorted(r for r, how in joined.read(where, launch).items() if how == joined.ALONE and r != rank)
+    if alone:
+        from . import leave
+
+        joined.unmark(where, rank)
+        _Said.done = True
+        leave.tell(leave.error_line(joined.half_formed(alone, {rank: f"start-up ({site})"})), environ)
+        raise SystemExit(2)
+
+
+def not_joining(environ: Mapping[str, str], rank: int) -> None:
+    """Remove this rank's mark after its join failed (the script may catch the error and go on alone)."""
+    if (where := progress.folder(environ)) is not None:
+        joined.unmark(where, rank)
+
+
+def _site() -> str:
+    """``file:line`` of the user's innermost frame (the line that calls ``mldist.init()``, ``hvd.init()``)."""
+    from .frames import frames_of
+
+    found = frames_of(sys._getframe(1), depth=1)
+    return found[0].removeprefix("inside ").split(" ")[0] if found else "?"
+
+
+def _places(where: Path, waits: Mapping[int, str]) -> dict[int, str]:
+    """Where each waiting rank waits: in a collective when its record says so, else in start-up at its mark's line."""
+    records = progress.read(where)
+    places = {}
+    for rank, site in waits.items():
+        record = records.get(rank)
+        if record is not None and record.current is not None:
+            number, what, _ = record.current
+            frame = f" ({record.stack[0]})" if record.stack else ""
+            places[rank] = f"collective #{number} {what}{frame}"
+        else:
+            places[rank] = f"start-up ({site})"
+    return places
+
+
+def _half_formed_at_exit(where: Path, rank: int, launch: str) -> None:
+    """This rank finishes alone: when ranks of its launch wait to join, say the line and exit 2 (never returns)."""
+    if _Said.done or getattr(sys, "last_value", None) is not None:  # said already, or an uncaught error ends it
+        return
+    notes = joined.read(where, launch)
+    waits = {r: site for r, site in joined.waiting(joined.marks(where, launch), notes).items() if r != rank}
+    if not waits:
+        return
+    from . import leave
+
+    alone = sorted({rank, *(r for r, how in notes.items() if how == joined.ALONE)})
+    leave.tell(leave.error_line(joined.half_formed(alone, _places(where, waits))))
+    os._exit(2)  # an exit handler cannot change the exit code otherwise
+
+
+def _note(where: Path, rank: int, launch: str = "") -> None:
     with contextlib.suppress(Exception):  # at exit, with the libraries half torn down: never a traceback of ours
-        joined.write(where, rank, how_joined())
+        how = how_joined()
+        joined.write(where, rank, how, launch)
+        if how == joined.ALONE and launch:
+            _half_formed_at_exit(where, rank, launch)

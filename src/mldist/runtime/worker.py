@@ -34,7 +34,7 @@ from ..placement.resources import (
     openmp_defaults,
     thread_plan,
 )
-from . import engine, leave, patches, stall, watchdog
+from . import engine, leave, patches, stall, startup, watchdog
 from .context import STATE, Context, Settings, context, current, is_chief, local_rank, local_size, rank, size
 
 __all__ = [
@@ -217,7 +217,7 @@ def init(
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    gpu, decision, workers = _STARTS[keras](placement, comm, plan, soft)
+    gpu, decision, workers = _join(keras, placement, comm, plan, soft)
     STATE.ctx = Context(
         rank=placement.rank,
         size=placement.size,
@@ -278,6 +278,18 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
 
 #: How ``init`` starts a worker, by Keras backend (:data:`mldist.placement.backend.SUPPORTED`).
 _STARTS = {"tensorflow": _start_tensorflow, "jax": _start_jax}
+
+
+def _join(keras: str, placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
+    """Start the worker on ``keras``'s backend (:data:`_STARTS`), its join marked first: MPI's and JAX's
+    start-up wait for every rank, so a group that half formed ends there (:func:`mldist.runtime.startup.joining`)."""
+    if placement.size > 1:
+        startup.joining(os.environ, placement.rank)
+    try:
+        return _STARTS[keras](placement, comm, plan, soft)
+    except BaseException:  # the script may catch the error and go on alone: no mark of a join left behind
+        startup.not_joining(os.environ, placement.rank)
+        raise
 
 
 _warned_idle_gpus = False

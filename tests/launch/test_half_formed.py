@@ -1,0 +1,71 @@
+"""A group that half forms (rank 0 joins, rank 1 finishes without joining) ends at once with one line (slow).
+
+Without it rank 0 would wait for ever in MPI's start-up (``from mpi4py import MPI``, Python's lock
+held) or JAX's (``jax.distributed.initialize``). tests/workers/half_formed.py: rank 1 finishes
+``after`` rank 0 marked its join (rank 1's start-up hook ends the job at its exit) or ``before``
+(rank 0's ``mldist.init()`` ends it). Launchers: ``mldist run`` on MPI and JAX, Open MPI's bare
+``mpirun`` with the start-up hook on ``PYTHONPATH`` (as ``mldist submit``'s scripts put it). A group
+that never forms at all keeps its line at the end and exit 0 (tests/runtime/test_own_api.py).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, ROOT, WORKERS, clean_env, mldist
+from mldist.base.joined import hook_folder
+
+pytestmark = pytest.mark.slow
+
+MPIRUN = str(Path(PY).parent / "mpirun")
+AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+WORKER = WORKERS / "half_formed.py"
+#: The line of the worker's join, which the line must name.
+JOIN = next(i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if line.startswith("mldist.init()"))
+TIMEOUT = 20
+LINE = re.compile(
+    r"mldist: error: rank 1 exited without joining the group \(no mldist\.init\(\), hvd\.init\(\) or "
+    rf"keras\.distribution\.initialize\(\)\); rank 0 waits for it in start-up \(\S*half_formed\.py:{JOIN}\): "
+    r"every rank must join \(.*\)$"
+)
+
+
+def launch(launcher: str, backend: str, order: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the worker on 2 ranks; the result and the seconds from rank 1's finish to the job's end."""
+    env = clean_env(**AS_ROOT, MLDIST_COLLECTIVE_TIMEOUT=str(TIMEOUT), KERAS_BACKEND=backend)
+    if launcher == "mpirun":
+        env["PYTHONPATH"] = f"{hook_folder()}:{env['PYTHONPATH']}"
+        argv = [MPIRUN, "-n", "2", "--oversubscribe", PY, str(WORKER), order]
+        res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=90, cwd=ROOT)
+    else:
+        res = mldist(["run", "-n", "2", "--no-run-dir", "--", PY, str(WORKER), order], env=env, timeout=90, cwd=ROOT)
+    ended = time.time()
+    alone = [float(line.split()[-1]) for line in res.stdout.splitlines() if "ALONE 1 " in line]
+    assert alone, res.stdout[-2000:] + res.stderr[-3000:]
+    return res, ended - alone[0]
+
+
+CASES = [
+    ("mldist run", "tensorflow", "after", "[1] "),
+    ("mldist run", "tensorflow", "before", "[0] "),
+    ("mldist run", "jax", "after", "[1] "),
+    ("mpirun", "tensorflow", "after", ""),
+]
+
+
+@pytest.mark.parametrize(
+    "launcher, backend, order, speaker", CASES, ids=["run-mpi-after", "run-mpi-before", "run-jax-after", "mpirun-mpi"]
+)
+def test_a_half_formed_group_ends_in_time_with_one_line(launcher: str, backend: str, order: str, speaker: str) -> None:
+    res, took = launch(launcher, backend, order)
+    assert res.returncode == 2 and "UNREACHABLE" not in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
+    assert took < TIMEOUT + 20, f"the job ended {took:.0f} s after rank 1 finished\n{res.stderr[-3000:]}"
+    lines = [line for line in res.stderr.splitlines() if "without joining the group" in line]
+    # One line, said by the rank that saw the other: rank 1 at its exit, or rank 0 as it began to join.
+    assert len(lines) == 1 and lines[0].startswith(speaker) and LINE.search(lines[0]), res.stderr[-3000:]
+    assert "never formed a group" not in res.stderr and "never joined the group" not in res.stderr
