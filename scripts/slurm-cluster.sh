@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm-cluster.sh - mldist's throw-away, single-host Slurm cluster for the test suite.
 #
-# usage: bash scripts/slurm-cluster.sh start|stop|status|kill-node I|revive-node I
+# usage: bash scripts/slurm-cluster.sh start|stop|status|kill-node I|revive-node I|freeze-node I|thaw-node I
 #   start   idempotent; installs the Debian packages if missing, starts a private munged,
 #           slurmctld and N emulated nodes (slurmd -N node1..nodeN on 127.0.0.1), waits until
 #           every node is idle. The last stdout line is exactly: export SLURM_CONF=<path>
@@ -16,6 +16,9 @@
 #                  (slurmstepd) and everything they started; the controller notices when the
 #                  node stops answering (SlurmdTimeout)
 #   revive-node I  start node I's slurmd again; it returns to service (ReturnToService=2)
+#   freeze-node I  hang node I as a frozen machine hangs: SIGSTOP its slurmd, its job steps and
+#                  everything they started (no connection closes; nothing answers)
+#   thaw-node I    SIGCONT them again (after freeze-node I)
 #
 # Knobs (environment):
 #   MLDIST_SLURM_DIR          config/state/logs/pids              [/tmp/mldist-slurm]
@@ -43,7 +46,7 @@ export SLURM_CONF="$CONF"
 
 log() { echo "[$ME] $*" >&2; }
 die() { echo "[$ME] ERROR: $*" >&2; exit 1; }
-usage() { echo "usage: bash scripts/$ME start|stop|status|kill-node I|revive-node I" >&2; }
+usage() { echo "usage: bash scripts/$ME start|stop|status|kill-node I|revive-node I|freeze-node I|thaw-node I" >&2; }
 
 check_knobs() {
   case "$D" in /*) ;; *) die "MLDIST_SLURM_DIR must be an absolute path (got '$D')" ;; esac
@@ -128,8 +131,8 @@ cancel_jobs() {
 # kill_orphan_steps [LOG]: SIGKILL slurmstepd processes of our nodes (they hold our slurmd log
 # open; with LOG, only those holding that node's log) and all their descendants, e.g. left
 # over when the daemons died with jobs running
-kill_orphan_steps() {
-  local p pid fd victims=() queue=() child want="${1:-$D/log/}"
+kill_orphan_steps() {  # kill_orphan_steps [LOG-PREFIX [SIGNAL]]: SIGKILL (or SIGNAL) to those steps' trees
+  local p pid fd victims=() queue=() child want="${1:-$D/log/}" sig="${2:-KILL}"
   for p in /proc/[0-9]*; do
     [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] || continue
     for fd in "$p"/fd/*; do
@@ -141,8 +144,8 @@ kill_orphan_steps() {
     for child in $(ps -o pid= --ppid "$pid" 2>/dev/null); do queue+=("$child"); done
   done
   [ "${#victims[@]}" -gt 0 ] || return 0
-  log "killing ${#victims[@]} leftover job-step process(es): ${victims[*]}"
-  kill -KILL "${victims[@]}" 2>/dev/null || true
+  log "SIG$sig to ${#victims[@]} job-step process(es): ${victims[*]}"
+  kill "-$sig" "${victims[@]}" 2>/dev/null || true
 }
 
 stop_all() {
@@ -349,6 +352,17 @@ cmd_kill_node() {
   log "node$1 lost: its slurmd and job steps were killed"
 }
 
+cmd_freeze_node() {  # cmd_freeze_node I STOP|CONT
+  need_root
+  node_index "$1"
+  local pf="$D/run/slurmd-node$1.pid"
+  alive "$pf" slurmd || die "node$1's slurmd does not run"
+  [ "$2" = STOP ] && kill -STOP "$(cat "$pf")"
+  kill_orphan_steps "$D/log/slurmd-node$1.log" "$2"
+  [ "$2" = CONT ] && kill -CONT "$(cat "$pf")"
+  log "node$1 $([ "$2" = STOP ] && echo frozen || echo thawed): its slurmd and job steps got SIG$2"
+}
+
 cmd_revive_node() {
   need_root
   node_index "$1"
@@ -370,14 +384,16 @@ cmd_status() {
 }
 
 main() {
-  local usage_line="usage: bash scripts/$ME start|stop|status|kill-node I|revive-node I"
+  local usage_line="usage: bash scripts/$ME start|stop|status|kill-node I|revive-node I|freeze-node I|thaw-node I"
   case "${1:-}" in
-    kill-node | revive-node) [ "$#" -eq 2 ] || { echo "[$ME] $1 takes a node number ($usage_line)" >&2; exit 2; } ;;
+    kill-node | revive-node | freeze-node | thaw-node) [ "$#" -eq 2 ] || { echo "[$ME] $1 takes a node number ($usage_line)" >&2; exit 2; } ;;
     *) [ "$#" -eq 1 ] || { echo "[$ME] expected one sub-command ($usage_line)" >&2; exit 2; } ;;
   esac
   case "$1" in
     kill-node) check_knobs; cmd_kill_node "$2" ;;
     revive-node) check_knobs; cmd_revive_node "$2" ;;
+    freeze-node) check_knobs; cmd_freeze_node "$2" STOP ;;
+    thaw-node) check_knobs; cmd_freeze_node "$2" CONT ;;
     start) check_knobs; cmd_start ;;
     stop) check_knobs; cmd_stop ;;
     status) check_knobs; cmd_status ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test-hosts.sh - throw-away "hosts" on this machine for multi-host tests (mldist run -H, mpirun --host).
 #
-# usage: bash scripts/test-hosts.sh start|stop|status|revive N
+# usage: bash scripts/test-hosts.sh start|stop|status|revive N|freeze N|thaw N
 #   start   idempotent; installs openssh-server if missing, then makes N hosts hx1..hxN: each a
 #           network namespace with its own address on a private bridge, its own host name (a
 #           UTS namespace) and its own sshd that accepts one key. The host's /etc/hosts names
@@ -9,7 +9,12 @@
 #           (an ssh -F file: `ssh -F "$MLDIST_TEST_SSH_CONFIG" hx1 hostname` prints hx1).
 #   stop    stops the sshds, removes the namespaces, the bridge and the /etc/hosts lines
 #   status  exit 0 if every host answers over ssh, 1 if not
-#   revive N  host hxN again (after a test killed its processes), the other hosts untouched
+#   revive N  host hxN again (after a test killed its processes), the other hosts untouched; a
+#           host beyond MLDIST_HOSTS is added (e.g. MLDIST_HOSTS=3 ... revive 3 beside hx1, hx2)
+#   freeze N  hang hxN as a frozen machine hangs: SIGSTOP every process in its namespace (found
+#           with `ip netns pids`; sshd too). No connection closes: its kernel still accepts them
+#           and nothing ever answers.
+#   thaw N    SIGCONT every process of hxN again (after freeze N)
 #
 # Knobs (environment):
 #   MLDIST_HOSTS_DIR   keys, configs, pid files, logs   [/tmp/mldist-hosts]
@@ -102,6 +107,8 @@ start_host() {  # start_host INDEX
   ip -n "$n" link set eth0 address "02:6d:6c:64:00:0$i"
   ip -n "$n" addr add "$(addr "$i")/24" dev eth0
   ip -n "$n" link set eth0 up
+  # Pinned like the others' (one host key for all): a host added by revive is known too.
+  grep -q "^hx$i," "$D/known_hosts" || echo "hx$i,$(addr "$i") $(cut -d' ' -f1-2 "$D/host_ed25519.pub")" >> "$D/known_hosts"
   sshd_config "$i" > "$D/sshd_config-hx$i"
   # Its own host name: sshd and all it starts live in a UTS namespace named hx$i.
   ip netns exec "$n" unshare --uts -- sh -c "hostname hx$i && exec /usr/sbin/sshd -f '$D/sshd_config-hx$i' -E '$D/sshd-hx$i.log'"
@@ -173,15 +180,38 @@ cmd_revive() {  # cmd_revive INDEX: hx<INDEX> again after a test killed it; the 
   log "hx$i up again"
 }
 
+cmd_signal() {  # cmd_signal INDEX STOP|CONT: that signal to every process in hx<INDEX>'s namespace
+  local i="$1" sig="$2" n pids pid left _
+  [[ "$i" =~ ^[1-9]$ ]] || die "$3: give a host number 1..9 (got '$i')"
+  n="$(ns "$i")"
+  pids="$(ip netns pids "$n" 2>/dev/null)" || die "$3: hx$i does not exist ('start' or 'revive $i' first)"
+  [ -n "$pids" ] || die "$3: nothing runs on hx$i"
+  # Again until none is left running: a process may fork (sshd's sessions) between the list and the signal.
+  for _ in $(seq 1 20); do
+    # shellcheck disable=SC2086  # one word per pid
+    kill "-$sig" $pids 2>/dev/null || true
+    [ "$sig" = CONT ] && return 0
+    left=""
+    for pid in $(ip netns pids "$n" 2>/dev/null); do
+      case "$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null)" in T|t|Z|X|"") ;; *) left="$left $pid" ;; esac
+    done
+    [ -z "$left" ] && return 0
+    pids="$left"
+  done
+  die "$3: processes of hx$i still run:$left"
+}
+
 main() {
-  [ "$#" -ge 1 ] && [ "$#" -le 2 ] || { echo "[$ME] usage: bash scripts/$ME start|stop|status|revive N" >&2; exit 2; }
+  [ "$#" -ge 1 ] && [ "$#" -le 2 ] || { echo "[$ME] usage: bash scripts/$ME start|stop|status|revive N|freeze N|thaw N" >&2; exit 2; }
   check_knobs
   case "$1" in
     start) cmd_start ;;
     stop) need_root; cmd_stop; log "stopped" ;;
     status) [ -s "$D/ssh_config" ] && all_answer ;;
     revive) need_root; cmd_revive "${2:-}" ;;
-    *) echo "[$ME] unknown sub-command '$1' (usage: start|stop|status|revive N)" >&2; exit 2 ;;
+    freeze) need_root; cmd_signal "${2:-}" STOP freeze; log "hx${2} frozen (every process stopped)" ;;
+    thaw) need_root; cmd_signal "${2:-}" CONT thaw; log "hx${2} thawed" ;;
+    *) echo "[$ME] unknown sub-command '$1' (usage: start|stop|status|revive N|freeze N|thaw N)" >&2; exit 2 ;;
   esac
 }
 

@@ -7,17 +7,19 @@ for a host whose sshd is gone; tests/launch/test_hosts.py loses a real test host
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from pathlib import Path
 
 import pytest
 
+from helpers import clean_env, mldist, tail
 from mldist.base import rejoin
 from mldist.errors import LaunchError
 from mldist.launch.config import ElasticConfig, RunConfig
 from mldist.launch.elastic import DISCOVER_EVERY, Watch, forget, grow, lost_hosts, reform
-from mldist.launch.remote import answering_hosts
+from mldist.launch.remote import LINGER_S, answering_hosts
 
 HOSTS = (("hx1", 1), ("hx2", 1), ("hx3", 1))
 
@@ -149,3 +151,36 @@ def test_an_elastic_run_starts_without_a_silent_host_while_min_np_allows(
     with pytest.raises(LaunchError, match=r"^host hx2: ssh to it fails .*; hx3 failed the check too$"):
         answering_hosts(fixed, {**ssh, "ANSWERING": "hx1"})
     assert answering_hosts(fixed, {**ssh, "ANSWERING": "hx1,hx2,hx3"}) is fixed
+
+
+#: An mpiexec that starts the ranks, hears that rank 1 failed, then waits for ever for the daemon of a host
+#: that froze: it ignores the launcher's SIGUSR2 and SIGTERM, as Open MPI's does while it waits, and its ssh
+#: session to that host (a session of its own, as Open MPI's are) holds its output open.
+WAITS_FOR_A_FROZEN_DAEMON = """#!/bin/sh
+case "$1" in --version) echo "mpiexec (Open MPI) 5.0.5"; exit 0 ;; esac
+trap '' USR2 TERM INT HUP
+setsid sleep 300 &
+echo "[0] UP"
+echo "[1] mldist run: rank 1 exited with code 3 on fz2 at 2026-11-27T06:30:15.101Z" >&2
+while :; do sleep 1; done
+"""
+
+
+def test_an_mpiexec_that_waits_for_a_frozen_host_is_killed_after_the_grace(ssh: dict[str, str], tmp_path: Path) -> None:
+    """mldist run -H: a rank failed and mpiexec still waits (for a frozen host's daemon, which never answers).
+    The launcher kills mpiexec's process group --failure-grace + LINGER_S after the failure, says so in one
+    line, and ends with the failed rank's code, where it waited for ever before."""
+    mpiexec = tmp_path / "mpiexec"
+    mpiexec.write_text(WAITS_FOR_A_FROZEN_DAEMON)
+    mpiexec.chmod(0o755)
+    env = clean_env(**ssh, ANSWERING="fz1,fz2", MLDIST_MPIEXEC=str(mpiexec))
+    args = ["run", "-H", "fz1:1,fz2:1", "--network-interface", "lo", "--failure-grace", "1", "--no-run-dir"]
+    started = time.monotonic()
+    res = mldist([*args, "--", "python", "-c", "pass"], env=env, timeout=60)
+    took = time.monotonic() - started
+    print(f"mpiexec killed, the run ended {took:.1f} s after the start")
+    assert res.returncode == 3, tail(res)
+    assert re.search(r"^mldist run: mpiexec still runs 1[1-4] s after rank 1 exited with code 3 on fz2: it waits for "
+                     r"a host that does not answer; killing it$", res.stderr, re.M), tail(res)  # fmt: skip
+    assert "mldist run: rank 1 exited with code 3 on fz2; stopping the other workers" in res.stderr, tail(res)
+    assert 1 + LINGER_S <= took < 1 + LINGER_S + 5, took

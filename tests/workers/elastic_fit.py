@@ -1,6 +1,6 @@
 """Worker: Horovod's elastic Keras loop in a world that loses a host and takes it back (tests/launch/test_hosts.py).
 
-Usage: elastic_fit.py OUT [reference STATE [UNTIL]]
+Usage: elastic_fit.py OUT [reference STATE [UNTIL]]  (or OUT elastic - EPOCHS: a shorter elastic run)
 
 Each rank fits a small model (SGD with momentum: its slots must come back too) on its shard
 (rank::size) of one fixed dataset, an epoch per ``fit``, a commit after each. Rank 0 prints
@@ -8,8 +8,8 @@ Each rank fits a small model (SGD with momentum: its slots must come back too) o
 After each re-forming the reset callback writes the restored state to OUT/resumed-<round>.pkl
 (rank 0). ``reference STATE`` starts from such a state in a fixed world and trains alike, without
 the pause, up to epoch UNTIL (default: the last): a re-formed world must go where such a world
-goes. Rank 0 writes OUT/final.npy at the end. (Arguments, not variables: mldist run -H passes
-only its own families of variables to other hosts.)
+goes. Rank 0 writes OUT/final.npy at the end, every rank OUT/final-<rank>.npy. (Arguments, not
+variables: mldist run -H passes only its own families of variables to other hosts.)
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ if mode == "reference":
     epochs(state, commit=False)
 else:
     hvd.elastic.run(lambda s: epochs(s, commit=True))(state)
+final = np.concatenate([w.ravel() for w in model.get_weights()])
+np.save(out / f"final-{hvd.rank()}.npy", final)
 if hvd.rank() == 0:
-    np.save(out / "final.npy", np.concatenate([w.ravel() for w in model.get_weights()]))
+    np.save(out / "final.npy", final)
 print("DONE", hvd.rank(), hvd.size(), flush=True)

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import subprocess
@@ -102,6 +103,30 @@ def ssh_agent(env: Mapping[str, str], connect_timeout: float) -> list[str]:
     agent = env.get("PRTE_MCA_plm_ssh_agent") or env.get("OMPI_MCA_plm_rsh_agent") or "ssh"
     wait = max(1, round(connect_timeout))  # ssh takes whole seconds
     return [*shlex.split(agent.split(":")[0]), "-o", "BatchMode=yes", "-o", f"ConnectTimeout={wait}"]
+
+
+#: ssh's keepalives on mpiexec's sessions to the hosts: a host whose sshd answers none for
+#: ServerAliveInterval x ServerAliveCountMax seconds (frozen, or cut off: no connection ever closes) ends its
+#: session, so mpiexec reports it lost instead of waiting for its daemon for ever.
+KEEPALIVE = ("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3")
+
+
+def keepalive_agent(env: Mapping[str, str]) -> str | None:
+    """mpiexec's ssh agent (``PRTE_MCA_plm_ssh_agent``) with :data:`KEEPALIVE`, or None to leave it as it is:
+    an agent that is not ssh (rsh, a site's wrapper) or that sets ServerAlive options of its own.
+
+    Example:
+        >>> keepalive_agent({"PRTE_MCA_plm_ssh_agent": "ssh -F /t/cfg : rsh"})
+        'ssh -F /t/cfg -o ServerAliveInterval=5 -o ServerAliveCountMax=3 : rsh'
+        >>> keepalive_agent({"PRTE_MCA_plm_ssh_agent": "/site/bin/launch"}) is None
+        True
+    """
+    agent = env.get("PRTE_MCA_plm_ssh_agent") or env.get("OMPI_MCA_plm_rsh_agent") or "ssh"
+    first, colon, rest = agent.partition(":")  # Open MPI's alternatives: "ssh : rsh"
+    words = shlex.split(first)
+    if not words or os.path.basename(words[0]) != "ssh" or "ServerAlive" in first:
+        return None
+    return f"{first.strip()} {' '.join(KEEPALIVE)}" + (f" {colon}{rest}" if colon else "")
 
 
 def why_silent(host: str, said: str, timeout: float, timed_out: bool = False) -> str:

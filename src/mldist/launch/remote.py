@@ -28,17 +28,18 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import IO
 
-from ..base import envvalues
+from ..base import envvalues, joined
 from ..base.procs import die_with_parent
-from ..errors import LaunchError
+from ..errors import REQUEUE_CODE, LaunchError
 from ..placement.cluster import assign_ports, port_base
 from ..placement.handed import HANDED
 from . import elastic
 from .config import RunConfig
 from .groups import Group
-from .hosts import silent_hosts
+from .hosts import keepalive_agent, silent_hosts
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import ended_at, run_env, say
 from .remote_shim import TERM_AS
@@ -95,6 +96,10 @@ def forwarded(env: Mapping[str, str], extra: Mapping[str, str], own: Mapping[str
 
 #: The run's exit code when mpiexec lost a host (it may itself exit with 0).
 LOST_HOST_CODE = 1
+#: Seconds mpiexec has, beyond the workers' grace, to end the job after the first failure it or a shim
+#: reported; then it is waiting for the daemon of a host that does not answer (frozen, cut off), and the
+#: launcher kills it and its ssh sessions (its process group) instead of waiting for that host.
+LINGER_S = 10.0
 _RANK_LINE = re.compile(rb"\[([0-9]{1,6})\] (.*)", re.DOTALL)
 _FAILED = re.compile(r"\[[0-9]+\] mldist run: (rank [0-9]+ (?:exited with code|was killed by) .*?([0-9]+)\)? on \S+)")
 
@@ -116,7 +121,8 @@ def remote_argv(
 
 
 def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str | None) -> dict[str, str]:
-    """mpiexec's environment for remote ranks: TCP between the hosts, on ``interface`` when named.
+    """mpiexec's environment for remote ranks: TCP between the hosts, on ``interface`` when named, and ssh
+    keepalives on its sessions (:func:`mldist.launch.hosts.keepalive_agent`: a frozen host is reported lost).
 
     Example:
         >>> env = remote_env({}, {}, "10.1.0.0/16")
@@ -127,6 +133,8 @@ def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str
     env["OMPI_MCA_btl"] = base.get("OMPI_MCA_btl", "^ofi")  # the hosts talk over TCP
     if interface:
         env["OMPI_MCA_btl_tcp_if_include"] = env["PRTE_MCA_oob_tcp_if_include"] = interface
+    if agent := keepalive_agent(env):
+        env["PRTE_MCA_plm_ssh_agent"] = agent
     return env
 
 
@@ -160,6 +168,23 @@ def reaching_network(host: str) -> str | None:
         return None
     network = network_of(local, table)
     return None if network is None or ipaddress.ip_network(network).is_loopback else network
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from Linux's /proc; [] elsewhere).
+
+    Example:
+        >>> import os, subprocess
+        >>> child = subprocess.Popen(["sleep", "5"])
+        >>> child.pid in children(os.getpid()), child.kill(), child.wait()
+        (True, None, -9)
+    """
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:  # after the name: state, ppid
+                found.append(int(stat.parent.name))
+    return found
 
 
 def answering_hosts(cfg: RunConfig, env: Mapping[str, str]) -> RunConfig:
@@ -200,8 +225,9 @@ class _Rank:
 
     def poll(self) -> int | None:
         code = self.mpiexec.poll()
-        if code is None:
+        if code is None and not self.group.kill_lingering():
             return None
+        self.mpiexec.wait()
         self.group.drain()
         return self.group.first_code if self.group.first_code is not None else code
 
@@ -218,6 +244,7 @@ class RemoteGroup(Group):
             **run_env(cfg, self.run_id, self.restart),
             envvalues.VERBOSE.name: "1" if cfg.verbose else "0",
             **({envvalues.ENGINE.name: self.engine, HANDED: self.handed} if self.engine else {}),
+            **joined.with_hook(self.env),  # the start-up hook on every host: its note, a half-formed group's line
             # For Keras's initialize() (placement.common): rank 0 is on the first host (mpiexec fills its
             # slots first); its port, from this start's id as batch jobs take theirs from the job's.
             envvalues.COORDINATOR.name: f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",
@@ -235,6 +262,8 @@ class RemoteGroup(Group):
         self.procs = [_Rank(self, self.mpiexec) for _ in range(cfg.nprocs)]
         self.first: str | None = None
         self.first_code: int | None = None
+        self.failed_seen: float | None = None  # time.monotonic() of the first failure reported
+        self.launched_by = os.path.basename(found)  # mpiexec, or srun inside a Slurm allocation
         self.ranks_said = False  # whether any rank's line came: else mpiexec ended before starting them
         self.failures: list[tuple[float, str, int]] = []  # (when the worker ended, why, code) of every shim's line
         for src, dst in ((self.mpiexec.stdout, sys.stdout.buffer), (self.mpiexec.stderr, sys.stderr.buffer)):
@@ -292,6 +321,7 @@ class RemoteGroup(Group):
             # The worker that ended first, by the shims' clocks: its peers' failures follow from it (a
             # collective whose peer died) and their lines may come first. A lost daemon is first of all.
             _, self.first, self.first_code = min(self.failures, key=lambda f: f[0])
+            self.failed_seen = self.failed_seen or time.monotonic()
         if self.cfg.elastic is not None:
             self._elastic(text)
         match = _RANK_LINE.fullmatch(line)
@@ -326,6 +356,26 @@ class RemoteGroup(Group):
         if self.first is None and not self.ranks_said:  # mpiexec's own words, relayed, are above
             return f"mpiexec exited with code {code} before starting any rank (its words above)"
         return self.first or f"the ranks on {','.join(h for h, _ in self.cfg.hosts)} ended with code {code}"
+
+    def kill_lingering(self) -> bool:
+        """Whether mpiexec was killed now for outliving the first failure by the grace and :data:`LINGER_S`
+        (said in one line): it waits for a host that does not answer, and would wait for ever."""
+        seen, mpiexec = self.failed_seen, self.mpiexec
+        if seen is None or mpiexec is None or mpiexec.poll() is not None:
+            return False
+        waited = time.monotonic() - seen
+        if waited < (self.cfg.grace if self.first_code == REQUEUE_CODE else self.cfg.failure_grace) + LINGER_S:
+            return False
+        say(f"{self.launched_by} still runs {waited:.0f} s after {self.first}: it waits for a host that does "
+            "not answer; killing it")  # fmt: skip
+        sessions = children(mpiexec.pid)  # its ssh sessions, each in a process group of its own: the frozen
+        for pid in [mpiexec.pid, *sessions]:  # host's would hold the output pipes open for ever
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:  # a group leader: with what it started (ssh's ProxyCommand)
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
+        return True
 
     def signal_all(self, sig: int, only_running: bool = True) -> None:
         """Once to mpiexec: SIGTERM/SIGINT/SIGHUP as SIGUSR2 (the shims give the workers SIGTERM)."""

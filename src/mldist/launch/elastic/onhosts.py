@@ -1,7 +1,10 @@
 """Elastic worlds on hosts: a lost host ends the round, and the workers start again on the others.
 
 ``mldist run -H h1:1,h2:1,h3:1 --min-np 2 --max-np 3`` (horovodrun's flags). When a host dies
-or stops answering, mpiexec ends the job (its daemon there is gone, or a rank failed). The
+or stops answering, mpiexec ends the job (its daemon there is gone, or a rank failed). A host
+that freezes (nothing answers, no connection closes) ends it too: mpiexec's ssh sessions carry
+keepalives (:func:`mldist.launch.hosts.keepalive_agent`), and an mpiexec still waiting for such
+a host's daemon after a failure is killed (:data:`mldist.launch.remote.LINGER_S`). The
 launcher then asks every host of the round over ssh, with the agent mpiexec uses, whether it
 still answers; the hosts that do not, and the one mpiexec named, are lost. At or above
 ``--min-np`` workers on the rest, the world re-forms at once: a new round of mpiexec with

@@ -13,7 +13,9 @@ date while it runs).
 
 A frozen host is declared lost within the bound that each side's probe gives :func:`probe` (ssh's
 fixed :data:`.onhosts.PROBE_TIMEOUT`; Slurm's pace-based :func:`.slurm.probe_limit`): the one place
-to change how long a silent host is waited for.
+to change how long a silent host is waited for. The round it froze in ends first: on hosts by ssh's
+keepalives or the stall watch, mpiexec killed if it still waits for the frozen daemon
+(:mod:`mldist.launch.remote`); under Slurm by srun's report of the ranks the stall watch ended.
 
 Example:
     >>> moved(WorkerState.INIT, WorkerState.HEALTHY)
