@@ -165,3 +165,25 @@ def count(name: str, doc: str, by: tuple[str, ...] = (LAUNCHER,), low: int = 0) 
         (3, 'whole number')
     """
     return Setting(name, None, whole(low), f"is not a whole number of {low} or more", doc, by, "whole number")
+
+
+def percent(text: str) -> float | None:
+    """``text`` as a percentage from 0 to below 100 (``12.5``; the parser of :func:`seconds`).
+
+    Example:
+        >>> percent("10"), percent("100"), percent("-1")
+        (10.0, None, None)
+    """
+    value = seconds(text)
+    return value if value is not None and value < 100 else None
+
+
+def positive_seconds(text: str) -> float | None:
+    """``text`` as seconds above 0.
+
+    Example:
+        >>> positive_seconds("30"), positive_seconds("0")
+        (30.0, None)
+    """
+    value = seconds(text)
+    return value if value else None

@@ -29,13 +29,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from .envparse import BATCH, LAUNCHER, USER, WORKER, Setting, count, flag, given, items, seconds, whole
+from .envparse import (
+    BATCH,
+    LAUNCHER,
+    USER,
+    WORKER,
+    Setting,
+    count,
+    flag,
+    given,
+    items,
+    percent,
+    positive_seconds,
+    seconds,
+    whole,
+)
 from .envparse import FALSE as FALSE  # the words of a no: the start-up hook spells them too
 from .envparse import TRUE as TRUE
 
 #: The prefix of every name here (what a launcher forwards to remote ranks, what ``mldist env`` lists).
 PREFIX = "MLDIST_"
 _RUN = (USER, LAUNCHER)
+
 
 # What you set (or mldist run's flags set for you), read as yes/no, counts and seconds.
 PLOT = flag(
@@ -96,6 +111,22 @@ COLLECTIVE_TIMEOUT: Setting[float] = Setting(
     seconds,
     "is not a number of seconds: set it to e.g. 600 (the default), or 0 to turn the stalled-collective watch off",
     "seconds a collective may take before the rank ends with one line (default 600, `0` off)",
+    kind="seconds",
+)
+STRAGGLER_PERCENT: Setting[float] = Setting(
+    "MLDIST_STRAGGLER_PERCENT",
+    10.0,
+    percent,
+    "is not a percentage below 100: set it to e.g. 10 (the default), or 0 to turn the slow-rank line off",
+    "a rank (or node) that costs the others this % of their time names itself on rank 0 (default 10, `0` off)",
+    kind="percent",
+)
+STRAGGLER_SECONDS: Setting[float] = Setting(
+    "MLDIST_STRAGGLER_SECONDS",
+    30.0,
+    positive_seconds,
+    "is not a number of seconds above 0: set it to e.g. 30 (the default)",
+    "for how long a rank must cost that share (in each third of it) before rank 0 names it (default 30)",
     kind="seconds",
 )
 #: Ports are handed out from [base, base + PORT_SPAN), below Linux's ephemeral range (32768).
@@ -245,6 +276,8 @@ CORES_PER_TASK = count("MLDIST_CORES_PER_TASK", "physical cores per rank, measur
 #: ``mldist.init()`` before any side effect.
 WORKER_SETTINGS: tuple[Setting[Any], ...] = (
     COLLECTIVE_TIMEOUT,
+    STRAGGLER_PERCENT,
+    STRAGGLER_SECONDS,
     PORT_BASE,
     CPUS_PER_TASK,
     INTRA_OP,

@@ -66,6 +66,8 @@ class Record:
         stack: its main thread's innermost frames, innermost first (``file:line function: code``).
         written: when the record was written (seconds since the epoch).
         every: how often its rank writes one (seconds; see :func:`interval`).
+        waits: its last collectives as (number, seconds waited in it, seconds since its previous one ended),
+            for the slow-rank account (:mod:`mldist.runtime.straggler`).
     """
 
     rank: int
@@ -78,6 +80,7 @@ class Record:
     stack: tuple[str, ...]
     written: float
     every: float = PUBLISH_SECONDS
+    waits: tuple[tuple[int, float, float], ...] = ()
 
     def age(self, now: float | None = None) -> float:
         """Seconds since the record was written."""
@@ -161,6 +164,7 @@ def _record(data: Any) -> Record | None:
             stack=tuple(str(s) for s in data["stack"]),
             written=float(data["written"]),
             every=float(data.get("every", PUBLISH_SECONDS)),
+            waits=tuple((int(n), float(w), float(g)) for n, w, g in data.get("waits", ())),
         )
     except (KeyError, TypeError, ValueError, IndexError):
         return None

@@ -327,10 +327,13 @@ def _progress(record: Any, state: str, final: bool) -> str:
         return f"  (expected to start {when})" if when else ""
     if record.array:  # each task has its own run directory: mldist logs shows them
         return ""
+    from ..runtime import straggler_watch
+
     rec = training.read(Path(record.output_dir) / "run")
+    slow = straggler_watch.status(Path(record.output_dir) / "run")  # the slow rank rank 0 named, if any
     if rec is None:
-        return "  (no training progress yet)" if state == "RUNNING" else ""
-    return "  " + training.describe(rec, ended=final)
+        return ("  (no training progress yet)" if state == "RUNNING" else "") + slow
+    return "  " + training.describe(rec, ended=final) + slow
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

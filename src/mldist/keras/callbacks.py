@@ -290,6 +290,7 @@ class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         from ..runtime import stall
 
+        stall.step()  # the slow-rank line says its cost per step (mldist.runtime.straggler)
         if self._token is not None:
             stall.end(self._token)
             self._token = None

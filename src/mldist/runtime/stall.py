@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import itertools
 import os
@@ -30,10 +31,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, cast
 
 from ..base import envvalues, progress
-from .frames import main_thread_frames
+from . import straggler, straggler_watch
+from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
 
 #: Seconds a collective may take before the watch ends the job: far above any sane step,
@@ -107,6 +110,9 @@ def late_message(rank: int, engine: str, late: Sequence[str], seconds: float, ti
 
 #: Counters read from the graph: (collectives started, finished, index of the last started in its names).
 Probe = Callable[[], tuple[int, int, int]]
+#: (the main thread's innermost frame, now, now on the wall) -> (the collective it waits in, since, since
+#: on the wall), or None: waits nothing marks (:class:`mldist.runtime.jax_watch.Waits`).
+Sampler = Callable[[FrameType | None, float, float], "tuple[str, float, float] | None"]
 
 
 class Watch:
@@ -127,6 +133,8 @@ class Watch:
         size: the number of ranks.
         where: the progress folder (None: nothing published, nothing read).
         wall: the time source for published times (seconds since the epoch).
+        sampler: says when the main thread waits in a collective nothing marks; counted where no mark
+            covers it, as the next collective (a sampled one every rank is in is no stall: it may be long).
     """
 
     def __init__(
@@ -141,6 +149,7 @@ class Watch:
         size: int = 1,
         where: Path | None = None,
         wall: Callable[[], float] = time.time,
+        sampler: Sampler | None = None,
     ) -> None:
         self.rank, self.engine, self.timeout, self._clock = rank, engine, timeout, clock
         self.probe, self.names, self.size, self.where, self._wall = probe, names, size, where, wall
@@ -157,6 +166,11 @@ class Watch:
         self._published = float("-inf")
         self._publishing = threading.Lock()
         self._failed = 0  # records in a row that could not be made
+        self.sampler = sampler
+        # The slow-rank account (mldist.runtime.straggler): each collective's wait, fit's steps, rank 0's tracker.
+        self._waits: collections.deque[straggler.Entry] = collections.deque(maxlen=straggler.KEPT)
+        self._ended: float | None = None
+        self.steps, self.tracker = 0, cast("straggler_watch.Tracker | None", None)
 
     def begin(self, what: str) -> int:
         """Mark a collective as started; the token to pass to :meth:`end`."""
@@ -168,14 +182,17 @@ class Watch:
 
     def end(self, token: int) -> None:
         """Mark the collective of ``token`` as finished."""
+        now = self._clock()
         with self._lock:
             done = self._flight.pop(token, None)
             if done is not None:
                 self._finished += 1
                 self._last = (done[0], self._wall())
+                self._waits.append(straggler.entry(token, done[1], self._ended, now))
+                self._ended = now
         # Where the watch thread is starved (it publishes every second), the thread that ran the
         # collective publishes: off the hot path otherwise, and a record is never far behind.
-        if self._clock() - self._published > 2 * self.every:
+        if now - self._published > 2 * self.every:
             self.publish()
 
     def _probed(self, now: float) -> tuple[str, float, float] | None:
@@ -190,6 +207,15 @@ class Watch:
             return None
         return (self._name(index), self._since, self._since_wall)
 
+    def _sampled(self, now: float, covered: bool) -> tuple[str, float, float] | None:
+        """The sampler's wait, where no mark covers it (one does: nothing is read, and the sampler lets go)."""
+        if self.sampler is None:
+            return None
+        try:
+            return self.sampler(None if covered else main_thread_frame(), now, self._wall())
+        except Exception:  # another thread's frames can change under the sampler: the next sample decides
+            return None
+
     def _name(self, index: int) -> str:
         return self.names[index] if 0 <= index < len(self.names) else "a collective"
 
@@ -199,6 +225,9 @@ class Watch:
         with self._lock:
             marks = list(self._flight.values())
             began, finished, last = self._began + self._seen[0], self._finished + self._seen[1], self._last
+            kept = tuple(self._waits)
+        if (sampled := self._sampled(now, bool(marks) or probed is not None)) is not None:
+            began, marks = began + 1, [sampled]
         oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
         if self._seen[1] and (last is None or self._since_wall > last[1]) and self._seen[0] == self._seen[1]:
             last = (self._name(self._seen[2]), self._since_wall)  # the graph's last collective ended last
@@ -213,6 +242,7 @@ class Watch:
             stack=main_thread_frames(),
             written=self._wall(),
             every=self.every,
+            waits=tuple((n, round(w, 6), round(g, 6)) for n, w, g in kept),
         )
 
     def publish(self) -> None:
@@ -241,6 +271,8 @@ class Watch:
         with self._lock:
             marks = list(self._flight.values())
             began = self._began + self._seen[0]
+        if alone := (sampled := self._sampled(now, bool(marks) or probed is not None)) is not None:
+            began, marks = began + 1, [sampled]
         oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
         if oldest is None or now - oldest[1] <= self.timeout:
             return None
@@ -249,7 +281,7 @@ class Watch:
         records = {r: record for r, record in found.items() if record.written >= self._born}
         late = progress.late_lines(self.rank, began, oldest[0], waited, records, self.size, self.where, self._wall())
         if not late:
-            return stall_message(self.rank, self.engine, oldest[0], waited, self.timeout)
+            return None if alone else stall_message(self.rank, self.engine, oldest[0], waited, self.timeout)
         return late_message(self.rank, self.engine, late, waited, self.timeout)
 
     def run(self) -> None:
@@ -258,6 +290,8 @@ class Watch:
             time.sleep(min(_CHECK_SECONDS, self.timeout / 4))
             if self._clock() - self._published >= self.every - _CHECK_SECONDS / 2:
                 self.publish()
+            if self.tracker is not None and self.where is not None:
+                self.tracker.turn(self.where, self.steps)
             if message := self.overdue():
                 end_process(message)
 
@@ -292,12 +326,24 @@ def start(
     global _watch
     timeout = collective_timeout(env) if timeout is None else timeout
     if _watch is None and timeout > 0:
-        _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env))
+        _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=_sampler)
         _watch.publish()  # at once: a rank may be stuck before the thread's first turn
+        _watch.tracker = straggler_watch.tracker(rank, size, env, _watch._born, _watch.every)
         if _watch.where is not None and progress.temporary(env):
             atexit.register(progress.forget, _watch.where, rank)
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
     return _watch
+
+
+_sampler: Sampler | None = None
+
+
+def sample_with(sampler: Sampler) -> None:
+    """Count the main thread as in a collective while ``sampler`` says so (the JAX engine's ``start``)."""
+    global _sampler
+    _sampler = sampler
+    if _watch is not None:
+        _watch.sampler = sampler
 
 
 def begin(what: str) -> int:
@@ -334,6 +380,12 @@ def stall_watch(what: str = "a training step") -> Iterator[None]:
         yield
     finally:
         end(token)
+
+
+def step() -> None:
+    """Count one training step (Keras's ``fit``, through ``StallWatch``): the slow-rank line's cost per step."""
+    if _watch is not None:
+        _watch.steps += 1
 
 
 def active() -> bool:

@@ -1,0 +1,241 @@
+"""Rank 0's slow-rank account (:mod:`mldist.runtime.straggler` computes it): its line, file and picture.
+
+Rank 0's collective watch thread feeds :class:`Tracker` every record about once a second; the
+first finding is printed once, kept in ``straggler.json`` in the run directory (``mldist status``
+shows it, :func:`status`) and drawn in ``straggler.png``, each rank's wait per step (also at exit).
+
+Example:
+    >>> Tracker(2, 10, 30).said is None, status("/nonexistent")
+    (True, '')
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import io
+import itertools
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from ..base import envvalues, progress, rundir
+from ..base.files import atomic_write
+from .straggler import KEPT, Finding, Sample, find, frame_of, message, sample
+
+#: Rank 0 reads about this many records a second at most (a shared file system's metadata server).
+READS_PER_SECOND = 64
+#: In the run directory: the line and its numbers (``mldist status``), and the picture.
+FILE, PICTURE = "straggler.json", "straggler.png"
+#: The picture's lines, at most (the ranks that waited least: the likely slow ones).
+DRAWN = 16
+#: How many turns the picture keeps (about one a second).
+BINS = 4000
+
+
+class Tracker:
+    """Rank 0's running account of who arrives last (its watch thread calls :meth:`turn`).
+
+    Args:
+        size: the number of ranks.
+        percent, seconds: the thresholds.
+        born: records written before this are an earlier attempt's.
+        run_dir: where the line's record and the picture go (None: nowhere).
+        plot: whether to draw the picture.
+        every: how often the ranks publish (seconds).
+    """
+
+    def __init__(
+        self,
+        size: int,
+        percent: float,
+        seconds: float,
+        born: float = 0.0,
+        run_dir: Path | None = None,
+        plot: bool = True,
+        every: float = progress.PUBLISH_SECONDS,
+    ) -> None:
+        self.size, self.percent, self.seconds, self.born = size, percent, seconds, born
+        self.run_dir, self.plot = run_dir, plot
+        self.period = max(every, size / READS_PER_SECOND)
+        self._pending: dict[int, dict[int, tuple[float, float]]] = {}
+        self._upto = 0  # collectives up to this number are paired (ranks publish them in order)
+        self.stamped: collections.deque[tuple[float, Sample]] = collections.deque()
+        self._steps: collections.deque[tuple[float, int]] = collections.deque()
+        self._frames: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        self._seen: dict[int, float] = {}
+        self.hosts: dict[int, str] = {}
+        #: Per turn: (when, steps so far, each rank's seconds waited in the collectives paired then).
+        self.bins: collections.deque[tuple[float, int, tuple[float, ...]]] = collections.deque(maxlen=BINS)
+        self.said: Finding | None = None
+        self._next = 0.0
+
+    def add(self, records: Mapping[int, progress.Record], steps: int, now: float) -> Finding | None:
+        """Take in every rank's record; the finding, when the thresholds are passed now.
+
+        Example:
+            >>> t = Tracker(2, 10, 30)
+            >>> rec = lambda r, w: progress.Record(r, f"n{r}", 1, 5, 5, None, None, (), 1.0, waits=((5, w, 0.3),))
+            >>> t.add({0: rec(0, 0.25), 1: rec(1, 0.01)}, 1, now=100.0) is None, t.stamped[0][1].last
+            (True, 1)
+        """
+        records = {r: record for r, record in records.items() if r < self.size}
+        for r, record in records.items():
+            self.hosts[r] = record.host
+            if self._seen.get(r) != record.written:
+                self._seen[r] = record.written
+                if frame := frame_of(record):
+                    self._frames[r][frame] += 1
+            for number, wait, gap in record.waits:
+                if number > self._upto:  # a record repeats its rank's last KEPT collectives: pair each once
+                    self._pending.setdefault(number, {})[r] = (wait, gap)
+        done = sorted(n for n, found in self._pending.items() if len(found) >= self.size)
+        self._upto = max([self._upto, *done])
+        waited = [0.0] * self.size
+        for number in done:
+            s = sample(number, self._pending.pop(number), self.hosts)
+            self.stamped.append((now, s))
+            for r, w in enumerate(s.waits[: self.size]):
+                waited[r] += w
+        if done:
+            self.bins.append((now, steps, tuple(waited)))
+        # A collective some rank no longer publishes (or never will: no record of it here) will never pair.
+        if self._pending:
+            newest = max(self._pending)
+            oldest = min((r.waits[0][0] for r in records.values() if r.waits), default=0)
+            oldest = oldest if len(records) >= self.size else 0
+            for number in [n for n in self._pending if n < max(oldest, self._upto) or n < newest - 4 * KEPT]:
+                del self._pending[number]
+        self._steps.append((now, steps))
+        while self.stamped and self.stamped[0][0] < now - 2 * self.seconds:
+            self.stamped.popleft()
+        while len(self._steps) > 1 and self._steps[1][0] <= now - self.seconds:
+            self._steps.popleft()
+        made = steps - self._steps[0][1]
+        where = {r: c.most_common(1)[0][0] for r, c in self._frames.items() if c}
+        return find(list(self.stamped), self.hosts, self.percent, self.seconds, now, made, where)
+
+    def turn(self, where: Path, steps: int, now: float | None = None) -> None:
+        """Read the records in ``where`` when due, and say the finding once (rank 0's watch thread)."""
+        now = time.time() if now is None else now
+        if now < self._next:
+            return
+        self._next = now + self.period
+        try:
+            records = {r: rec for r, rec in progress.read(where).items() if rec.written >= self.born}
+            found = self.add(records, steps, now)
+            if found is not None and self.said is None:
+                self.said = found
+                self.say(found, now)
+        except Exception as exc:  # the account must never end the stall watch that runs it
+            self._next = float("inf")
+            print(f"mldist: the slow-rank account stopped ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+    def say(self, found: Finding, now: float) -> None:
+        """Print the line; keep it and draw the picture in the run directory (if any)."""
+        line = message(found)
+        print(f"mldist: {line}", file=sys.stderr, flush=True)
+        if self.run_dir is not None:
+            data = {"line": line, "found_unix": round(now, 3), **asdict(found)}
+            try:
+                atomic_write(self.run_dir / FILE, json.dumps(data, indent=1) + "\n", mode=0o644)
+            except OSError as exc:
+                print(f"mldist: cannot write {self.run_dir / FILE} ({exc.strerror})", file=sys.stderr, flush=True)
+        self.draw()
+
+    def draw(self) -> None:
+        """Write the picture into the run directory (when there is one, matplotlib and two turns of data)."""
+        if self.run_dir is None or not self.plot or len(self.bins) < 2:
+            return
+        try:
+            png = plot_png(list(self.bins), self.said)
+            atomic_write(self.run_dir / PICTURE, png, mode=0o644)
+        except ImportError:
+            pass  # no matplotlib: RunLog already says so for metrics.png
+        except OSError as exc:
+            print(f"mldist: cannot write {self.run_dir / PICTURE} ({exc.strerror})", file=sys.stderr, flush=True)
+
+
+def plot_png(bins: Sequence[tuple[float, int, tuple[float, ...]]], found: Finding | None = None) -> bytes:
+    """A PNG of each rank's wait in collectives per step (per second without steps), over the steps.
+
+    Args:
+        bins: (when, steps so far, each rank's seconds waited since the bin before), oldest first.
+        found: the finding said (its line is the title), or None.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    by_step = bins[-1][1] > bins[0][1]
+    xs, rows = [], []
+    for (t0, s0, _), (t1, s1, waited) in itertools.pairwise(bins):
+        per = (s1 - s0) if by_step else (t1 - t0)
+        if per > 0:
+            xs.append(s1 if by_step else t1 - bins[0][0])
+            rows.append([1000 * w / per for w in waited])
+    size = len(bins[-1][2])
+    totals = [sum(row[r] for row in rows) for r in range(size)]
+    shown = sorted(sorted(range(size), key=lambda r: totals[r])[:DRAWN])
+    fig = Figure(figsize=(7.5, 4.2), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for r in shown:
+        ax.plot(xs, [row[r] for row in rows], linewidth=1, label=f"rank {r}")
+    ax.set_xlabel("step" if by_step else "seconds")
+    ax.set_ylabel(f"ms waited in collectives per {'step' if by_step else 'second'}")
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small", ncol=2)
+    title = "wait per rank: the rank that waits least arrives last"
+    ax.set_title(message(found) if found else title, fontsize="small", wrap=True)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+def tracker(rank: int, size: int, env: Mapping[str, str], born: float, every: float) -> Tracker | None:
+    """Rank 0's tracker (drawing its picture at exit), or None: another rank, one rank, or turned off.
+
+    Values were checked by ``init`` (:data:`mldist.base.envvalues.WORKER_SETTINGS`).
+
+    Example:
+        >>> tracker(1, 2, {}, 0.0, 1.0) is None, tracker(0, 2, {"MLDIST_STRAGGLER_PERCENT": "0"}, 0.0, 1.0)
+        (True, None)
+    """
+    percent = envvalues.STRAGGLER_PERCENT.read(env)
+    if rank != 0 or size < 2 or percent <= 0:
+        return None
+    run_dir = envvalues.RUN_DIR.read(env)
+    found = Tracker(
+        size,
+        percent,
+        envvalues.STRAGGLER_SECONDS.read(env),
+        born,
+        Path(run_dir) if run_dir else None,
+        rundir.plot_wanted(env),
+        every,
+    )
+    atexit.register(found.draw)
+    return found
+
+
+def status(run_dir: str | Path) -> str:
+    """What ``mldist status`` adds for a run whose rank 0 named a slow rank ("" when none).
+
+    Example:
+        >>> status("/nonexistent")
+        ''
+    """
+    try:
+        data = json.loads((Path(run_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return ""
+    line = data.get("line") if isinstance(data, dict) else None
+    if not isinstance(line, str):
+        return ""
+    when = data.get("found_unix")
+    at = f" (at {progress.clock(when)})" if isinstance(when, int | float) else ""
+    return f"; slow: {line}{at}"

@@ -1,0 +1,152 @@
+"""The slow rank, named while the job runs (mldist.runtime.straggler): the account over records, the
+settings, ``mldist status``, and real 2-rank runs, one with a rank 0.2 s slower per batch, one balanced."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist
+from mldist.base import envvalues
+from mldist.base.progress import Record
+from mldist.cli import main
+from mldist.errors import ConfigError
+from mldist.runtime import straggler, straggler_watch
+
+WORKER = WORKERS / "straggler.py"
+SLEEP_LINE = next(i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if "spends its time here" in line)
+#: Small thresholds keep the runs short: 25 % of the others' time in each third of 6 s.
+QUICK = {"MLDIST_STRAGGLER_PERCENT": "25", "MLDIST_STRAGGLER_SECONDS": "6"}
+STEPS = "36"
+
+
+def _records(waits: dict[int, list[float]], first: int, hosts: dict[int, str], written: float) -> dict[int, Record]:
+    """Each rank's record with its waits in collectives first, first + 1, ... (0.25 s apart)."""
+    out = {}
+    for r, ws in waits.items():
+        entries = tuple((first + i, w, 0.25) for i, w in enumerate(ws))
+        out[r] = Record(r, hosts[r], 100 + r, first + len(ws), first + len(ws), None, None,
+                        ("data.py:42 next_batch: time.sleep(0.2)",), written, waits=entries)  # fmt: skip
+    return out
+
+
+def _feed(tracker: straggler_watch.Tracker, per_second: list[dict[int, float]], hosts: dict[int, str]) -> list[object]:
+    """Feed ``tracker`` 4 collectives a second (one step each), ``per_second[t]`` each rank's wait at second t."""
+    found = []
+    for t, waits in enumerate(per_second):
+        first = 1 + 4 * t
+        # Records repeat earlier collectives (a rank publishes its last KEPT): each must count once.
+        records = _records({r: [waits[r]] * 4 for r in waits}, first, hosts, written=float(t))
+        repeated = _records({r: [waits[r]] * 8 for r in waits}, max(1, first - 4), hosts, written=float(t))
+        found.append(tracker.add(records if t % 2 else repeated, steps=4 * (t + 1), now=float(t)))
+    return found
+
+
+def test_a_rank_that_arrives_last_is_named_with_its_cost_per_step_and_its_line() -> None:
+    hosts = {0: "n1", 1: "n1", 2: "n2"}
+    tracker = straggler_watch.Tracker(3, 10, 9)
+    found = _feed(tracker, [{0: 0.1, 1: 0.1, 2: 0.0}] * 15, hosts)
+    assert found[:9] == [None] * 9  # not watched for 9 s yet
+    f = found[-1]
+    assert isinstance(f, straggler.Finding) and (f.rank, f.host, f.node, f.per) == (2, "n2", False, "step")
+    # Each collective cost the others 0.1 s, one collective of 0.25 s a step: 100 ms a step, 40 %.
+    assert f.last_share == 1.0 and f.cost == pytest.approx(0.1, rel=0.15) and f.share == pytest.approx(0.4)
+    line = straggler.message(f)
+    assert line.startswith("rank 2 (n2) arrives last at 100 % of collectives, costing the others 1")
+    assert line.endswith("a step (40 %); it spends its time in data.py:42 next_batch")
+    # Every collective counted once although records repeat them.
+    assert len({s.number for _, s in tracker.stamped}) == len(tracker.stamped)
+
+
+def test_a_balanced_run_and_a_one_off_delay_get_no_line() -> None:
+    hosts = {0: "n1", 1: "n2"}
+    # Who arrives last changes, and costs little: no line.
+    balanced = [{0: 0.01 * (t % 2), 1: 0.01 * ((t + 1) % 2)} for t in range(40)]
+    assert _feed(straggler_watch.Tracker(2, 10, 9), balanced, hosts)[-30:] == [None] * 30
+    # One rank 2 s late once (start-up, a checkpoint): it fills one third, never all three.
+    once = [{0: 2.0 if t == 12 else 0.0, 1: 0.0} for t in range(40)]
+    assert _feed(straggler_watch.Tracker(2, 10, 9), once, hosts) == [None] * 40
+
+
+def test_a_slow_node_is_named_when_no_one_of_its_ranks_is() -> None:
+    hosts = {0: "a", 1: "a", 2: "b", 3: "b"}
+    # Node b's two ranks arrive last in turn: each costs the others about half of what the node costs.
+    waits = [{0: 0.2, 1: 0.2, 2: 0.05 * (t % 2), 3: 0.05 * ((t + 1) % 2)} for t in range(15)]
+    found = _feed(straggler_watch.Tracker(4, 30, 9), waits, hosts)[-1]
+    assert isinstance(found, straggler.Finding) and found.node and found.ranks == (2, 3)
+    assert straggler.message(found).startswith("node b (ranks 2, 3) arrives last at 100 % of collectives")
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("MLDIST_STRAGGLER_PERCENT", "abc", "is not a percentage below 100: set it to e.g. 10"),
+        ("MLDIST_STRAGGLER_PERCENT", "100", "is not a percentage below 100"),
+        ("MLDIST_STRAGGLER_PERCENT", "-5", "is not a percentage below 100"),
+        ("MLDIST_STRAGGLER_SECONDS", "0", "is not a number of seconds above 0: set it to e.g. 30"),
+        ("MLDIST_STRAGGLER_SECONDS", "1e3", "is not a number of seconds above 0"),
+    ],
+)
+def test_a_bad_threshold_is_one_line_before_any_worker_starts(name: str, raw: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"{name}={raw!r} {says}")):
+        envvalues.check({name: raw})
+    res = mldist(["run", "-n", "2", "--no-run-dir", "--", PY, "-c", "print('STARTED')"], env=clean_env(**{name: raw}))
+    assert res.returncode == 2 and "STARTED" not in res.stdout, res.stderr
+    assert f"{name}={raw!r} {says}" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_status_shows_the_slow_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body in (("scontrol", 'echo "JobId=4242 JobName=mldist JobState=RUNNING Restarts=0 ExitCode=0:0"\n'),
+                       ("squeue", "echo N/A\n")):  # fmt: skip
+        (bindir / name).write_text(f"#!/bin/sh\n{body}")
+        (bindir / name).chmod(0o700)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("MLDIST_STATE_DIR", str(tmp_path / "state"))
+    record = {"job_id": "4242", "scheduler": "slurm", "output_dir": str(tmp_path / "job"), "submitted_at": 1.0,
+              "script": str(tmp_path / "job" / "job.sh"), "command": ["python", "train.py"], "tasks": 2}  # fmt: skip
+    (tmp_path / "state" / "jobs").mkdir(parents=True)
+    (tmp_path / "state" / "jobs" / "4242.json").write_text(json.dumps(record))
+    assert main(["status", "4242"]) == 0
+    assert "; slow:" not in capsys.readouterr().out
+    tracker = straggler_watch.Tracker(2, 10, 30, run_dir=tmp_path / "job" / "run", plot=False)
+    (tmp_path / "job" / "run").mkdir(parents=True)
+    found = straggler.Finding(1, "n2", (1,), False, 0.96, 0.18, 0.31, "step", "data.py:42 next_batch")
+    tracker.say(found, 1000.0)
+    assert main(["status", "4242"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "; slow: rank 1 (n2) arrives last at 96 % of collectives, costing the others 180 ms a step (31 %)" in line
+
+
+def _run(tmp_path: Path, name: str, *argv: str) -> tuple[str, Path]:
+    run_dir = tmp_path / name
+    env = clean_env(**USERS_GC, **QUICK, MLDIST_PLOT="1")  # the tests' default is 0
+    res = check(mldist(["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKER), *argv], env=env))
+    return res.stderr, run_dir
+
+
+@pytest.mark.slow
+def test_a_rank_slower_by_0_2_s_a_batch_is_named_once_by_rank_0(tmp_path: Path) -> None:
+    stderr, run_dir = _run(tmp_path, "slow", "1", "0.2", STEPS, "0.02")
+    lines = [line for line in stderr.splitlines() if "arrives last" in line]
+    assert len(lines) == 1 and lines[0].startswith("[0] mldist: rank 1 ("), stderr[-3000:]
+    cost = re.search(r"costing the others (\d+) ms a step \((\d+) %\)", lines[0])
+    assert cost and 120 <= int(cost.group(1)) <= 400 and int(cost.group(2)) >= 25, lines[0]
+    assert lines[0].endswith(f"it spends its time in tests/workers/straggler.py:{SLEEP_LINE} on_train_batch_begin")
+    kept = json.loads((run_dir / straggler_watch.FILE).read_text())
+    assert kept["rank"] == 1 and kept["line"] in lines[0]
+    assert (run_dir / straggler_watch.PICTURE).read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_a_balanced_run_of_as_many_steps_gets_no_line(tmp_path: Path) -> None:
+    stderr, run_dir = _run(tmp_path, "balanced", "-1", "0.2", STEPS, "0.22")
+    assert "arrives last" not in stderr and not (run_dir / straggler_watch.FILE).exists(), stderr[-3000:]
+    assert (run_dir / straggler_watch.PICTURE).read_bytes().startswith(b"\x89PNG")  # the picture all the same
