@@ -14,6 +14,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,6 +168,14 @@ def test_the_keras_guide_forms_one_group_across_hosts(hosts_env: dict[str, str],
     assert np.array_equal(np.load(tmp_path / "weights-0.npy"), np.load(tmp_path / "weights-1.npy"))
 
 
+def test_the_jax_guide_forms_one_group_across_hosts(hosts_env: dict[str, str]) -> None:
+    """JAX's own jax.distributed.initialize(), no arguments, no mldist import (tests/workers/jax_guide.py)."""
+    args = ["run", "-H", "hx1:1,hx2:1", "--no-run-dir", "--", PY, str(WORKERS / "jax_guide.py")]
+    res = check(mldist(args, env=hosts_env, timeout=240))
+    for rank in (0, 1):
+        assert f"[{rank}] {rank} 2 2" in res.stdout and f"[{rank}] [2.]" in res.stdout, tail(res)
+
+
 def _kill_host(index: int) -> None:
     """Every process of test host hx<index> (its sshd, Open MPI's daemon, the shim, the worker), with SIGKILL."""
     pids = subprocess.run(["ip", "netns", "pids", f"mld-hx{index}"], capture_output=True, text=True).stdout.split()
@@ -291,20 +300,28 @@ def _revive_host(index: int) -> None:
 Event = tuple[str, Any]
 
 
-def _watch(argv: list[str], env: dict[str, str], events: list[Event]) -> tuple[int, list[tuple[float, str]]]:
+def _watch(
+    argv: list[str], env: dict[str, str], events: list[Event], limit: float = 900
+) -> tuple[int, list[tuple[float, str]]]:
     """Run ``argv``; at the first line holding each event's text (in order) call its action; every line
-    with the time it came, and ``TEST: <text>`` lines where an action ran."""
+    with the time it came, and ``TEST: <text>`` lines where an action ran. A run still going after
+    ``limit`` seconds is killed (its code then says so: -9)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[tuple[float, str]] = []
     assert proc.stdout is not None
     pending = list(events)
-    for line in proc.stdout:
-        lines.append((time.monotonic(), line.rstrip("\n")))
-        if pending and pending[0][0] in line:
-            text, action = pending.pop(0)
-            action()
-            lines.append((time.monotonic(), f"TEST: {text}"))
-    return proc.wait(timeout=60), lines
+    watchdog = threading.Timer(limit, proc.kill)
+    watchdog.start()
+    try:
+        for line in proc.stdout:
+            lines.append((time.monotonic(), line.rstrip("\n")))
+            if pending and pending[0][0] in line:
+                text, action = pending.pop(0)
+                action()
+                lines.append((time.monotonic(), f"TEST: {text}"))
+        return proc.wait(timeout=60), lines
+    finally:
+        watchdog.cancel()
 
 
 def _run_ref(worker: Path, out: Path, hosts: str, env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
@@ -413,3 +430,63 @@ def _check_keras(
     assert _close(np.load(elastic / "final.npy"), np.load(tmp / "ref3" / "final.npy"))
     text = "\n".join(line for _, line in lines)
     assert "[0] LR 0.06" in text and "[0] LR 0.04" in two_out and "[0] LR 0.06" in three_out
+
+
+def _short_elastic_run(env: dict[str, str], out: Path, event: Event) -> tuple[int, list[tuple[float, str]], str]:
+    """elastic_fit.py (hvd.elastic) for 4 epochs on hx1..hx3, --min-np 2, without a discovery script;
+    ``event`` as in :func:`_watch`; its code, lines and text. A hung run ends after 240 s."""
+    out.mkdir()
+    args = ["run", "-H", "hx1:1,hx2:1,hx3:1", "--min-np", "2", "--max-np", "3", "--run-dir", str(out / "run")]
+    worker = [PY, str(WORKERS / "elastic_fit.py"), str(out), "elastic", "-", "4"]
+    code, lines = _watch([PY, "-m", "mldist", *args, "--", *worker], env, [event], limit=240)
+    return code, lines, "\n".join(line for _, line in lines)
+
+
+def _finished_on(out: Path, hosts: str, lost: str, lines: list[tuple[float, str]], text: str) -> None:
+    """The run lost ``lost``, re-formed on ``hosts`` from the last commit before the loss, and both workers of
+    the 2-host world ended with the same weights."""
+    assert re.search(rf"mldist run: lost host {lost} \(does not answer over ssh\); re-forming the world on "
+                     rf"{hosts}: 2 worker\(s\) \(--min-np 2\)", text), text[-5000:]  # fmt: skip
+    assert "EPOCH 3 BEGIN 2" in text and "[0] DONE 0 2" in text and "[1] DONE 1 2" in text, text[-5000:]
+    (shrink,) = json.loads((out / "run" / "summary.json").read_text())["elastic"]["reforms"]
+    assert (shrink["lost"], shrink["before"], shrink["after"]) == ([lost], 3, 2), shrink
+    hit = next(t for t, line in lines if line.startswith("TEST: "))
+    commits = [line.split() for t, line in lines if t < hit and line.startswith("[0] COMMIT")]
+    assert commits and pickle.loads((out / "resumed-1.pkl").read_bytes())["values"]["epoch"] == int(commits[-1][3])
+    ranks = [np.load(out / f"final-{rank}.npy") for rank in (0, 1)]
+    assert np.array_equal(ranks[0], ranks[1]) and np.isfinite(ranks[0]).all()
+
+
+def test_losing_rank_0_s_host_re_forms_the_world_on_the_others(hosts_env: dict[str, str], tmp_path: Path) -> None:
+    """Every process of hx1 (rank 0's host: its worker, Open MPI's daemon, sshd) killed in epoch 1: the world
+    re-forms on hx2 and hx3 (rank 0 now on hx2), resumes from the last commit and finishes there."""
+    try:
+        code, lines, text = _short_elastic_run(hosts_env, tmp_path / "out", ("EPOCH 1 BEGIN 3", lambda: _kill_host(1)))
+    finally:
+        _revive_host(1)
+    assert code == 0, text[-5000:]
+    hit = next(t for t, line in lines if line == "TEST: EPOCH 1 BEGIN 3")
+    resumed = next(t for t, line in lines if t > hit and "FIRST STEP" in line)
+    print(f"hx1 killed to the first step on hx2,hx3: {resumed - hit:.1f} s")
+    _finished_on(tmp_path / "out", "hx2,hx3", "hx1", lines, text)
+
+
+def test_a_frozen_host_is_lost_in_bounded_time_and_the_world_re_forms(
+    hosts_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Every process of hx3 stopped in epoch 1 (``test-hosts.sh freeze 3``; sshd too: no connection closes,
+    nothing answers). ssh's keepalives end mpiexec's session there, the round ends without waiting for hx3's
+    daemon, the probe names hx3 within its bound, and the world re-forms on hx1 and hx2."""
+    freeze = lambda: subprocess.run(["bash", str(SCRIPT), "freeze", "3"], check=True, timeout=30)  # noqa: E731
+    try:
+        code, lines, text = _short_elastic_run(hosts_env, tmp_path / "out", ("EPOCH 1 BEGIN 3", freeze))
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "thaw", "3"], timeout=30, check=False)
+        _revive_host(3)
+    assert code == 0, text[-5000:]
+    hit = next(t for t, line in lines if line == "TEST: EPOCH 1 BEGIN 3")
+    resumed = next(t for t, line in lines if t > hit and "FIRST STEP" in line)
+    print(f"hx3 frozen to the first step on hx1,hx2: {resumed - hit:.1f} s")
+    assert "mldist run: lost host hx3 (mpiexec lost its daemon there)" in text, text[-5000:]  # the keepalives
+    assert resumed - hit < 60, text[-5000:]
+    _finished_on(tmp_path / "out", "hx1,hx2", "hx3", lines, text)

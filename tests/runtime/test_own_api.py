@@ -2,7 +2,8 @@
 launchers; and a group that never forms, said at the end of the run.
 
 The Keras guide's DataParallel (tests/workers/keras_guide.py) under ``mldist run -n 2`` (alone and
-mixed with ``mldist.init()`` in either order) and under ``srun -N 2`` (tests/slurm) must equal one
+mixed with ``mldist.init()`` in either order, or with JAX's own ``jax.distributed.initialize()`` instead
+of Keras's) and under ``srun -N 2`` (tests/slurm) must equal one
 process on the union batch. TensorFlow's multi-worker tutorial (tests/workers/tf_multiworker.py)
 trains under ``mldist run --tf-config``.
 """
@@ -40,7 +41,7 @@ def same_as_one_process(two: Path, one: Path) -> None:
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 
 
-@pytest.mark.parametrize("order", ["keras", "mldist-first", "keras-first"])
+@pytest.mark.parametrize("order", ["keras", "mldist-first", "keras-first", "jax"])
 def test_the_keras_guide_forms_one_group_under_mldist_run(tmp_path: Path, guide_alone: Path, order: str) -> None:
     run_dir = tmp_path / "run"
     argv = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKERS / "keras_guide.py"), str(tmp_path)]
@@ -50,7 +51,7 @@ def test_the_keras_guide_forms_one_group_under_mldist_run(tmp_path: Path, guide_
     assert "skipped or failed" not in res.stdout + res.stderr and NEVER not in res.stderr
     same_as_one_process(tmp_path, guide_alone)
     summary = json.loads((run_dir / "summary.json").read_text())
-    how = "jax.distributed" if order == "keras" else "mldist.init"  # mldist.init() joined the same group
+    how = "mldist.init" if "first" in order else "jax.distributed"  # mldist.init() joined the same group
     assert summary["group"] == {"0": how, "1": how} and "never_formed" not in summary
 
 

@@ -220,6 +220,28 @@ def test_the_keras_guide_forms_one_group_under_srun_on_two_nodes(slurm_env: dict
     assert np.array_equal(w0, w1) and np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
 
 
+def test_the_jax_guide_forms_one_group_under_salloc_mldist_run_and_srun(slurm_env: dict[str, str]) -> None:
+    """JAX's own jax.distributed.initialize(), no arguments, no mldist import (tests/workers/jax_guide.py):
+    `mldist run` inside `salloc -N 2` (mldist's detector), and a plain `srun -N 2` (JAX's Slurm one)."""
+    guide, py = ROOT / "tests" / "workers" / "jax_guide.py", ROOT / ".venv" / "bin" / "python"
+    starts = {
+        "mldist run": [str(ROOT / ".venv" / "bin" / "mldist"), "run", "-n", "2", "--no-run-dir", "--"],
+        "srun": ["srun", "-N", "2", "-n", "2", "--label"],
+    }
+    for name, start in starts.items():
+        argv = ["salloc", "-N", "2", "--ntasks-per-node=1", *start, str(py), str(guide)]
+        res = subprocess.run(argv, env=slurm_env, capture_output=True, text=True, timeout=300)
+        text = res.stdout + res.stderr[-3000:]
+        assert res.returncode == 0, f"{name}: {text}"
+        for rank in (0, 1):
+            got = {
+                line.split(" ", 1)[1].strip()
+                for line in res.stdout.splitlines()
+                if line.startswith((f"[{rank}]", f"{rank}:"))
+            }
+            assert {f"{rank} 2 2", "[2.]"} <= got, f"{name}: {text}"
+
+
 def test_a_job_whose_ranks_never_join_says_so_and_each_rank_has_its_variables(
     slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
 ) -> None:
@@ -299,6 +321,46 @@ def test_an_elastic_job_loses_a_node_and_completes_without_requeue(
         last = _text(out / f"rank-{rank}.log").rstrip("\n").rsplit("\n", 1)[-1]
         assert f"[{rank}] {last}" in followed, (rank, last, followed[-2000:])
     assert follow.returncode == 0 and "job step ended with exit code 0" in followed, followed[-2000:]
+
+
+def test_an_elastic_job_re_forms_without_a_frozen_node(
+    slurm_env: dict[str, str], tmp_path: Path, _submit: Submit, wait_for: Submit
+) -> None:
+    """--nodes 3 --min-nodes 2: node3's slurmd, its job steps and its rank stopped with SIGSTOP in epoch 2
+    (``slurm-cluster.sh freeze-node 3``: no connection closes, nothing answers). The stall watch ends the ranks
+    of node1 and node2, the agent's probe finds node3 silent within its bound, and the job re-forms on 2 nodes
+    and completes, with no requeue."""
+    out = tmp_path / "job"
+    job = _submit(
+        slurm_env,
+        "--scheduler", "slurm", "--nodes", "3", "--min-nodes", "2", "--tasks-per-node", "1", "--time", "10",
+        "--venv", str(ROOT / ".venv"), "--output-dir", str(out), "--job-name", "frozen",
+        "--env", "MLDIST_COLLECTIVE_TIMEOUT=10",
+        "--", str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tests" / "workers" / "elastic_keras.py"), str(out),
+    )  # fmt: skip
+    rank0 = out / "rank-0.log"
+    cluster = ["bash", str(ROOT / "scripts" / "slurm-cluster.sh")]
+    try:
+        wait_until(lambda: "EPOCH 2 BEGIN 3" in _text(rank0), 240, "epoch 2 on 3 nodes")
+        before = len(_text(rank0))
+        subprocess.run([*cluster, "freeze-node", "3"], env=slurm_env, check=True, timeout=60, capture_output=True)
+        frozen = time.monotonic()
+        wait_until(lambda: "FIRST STEP" in _text(rank0)[before:], 120, "the first step after the re-form")
+        print(f"node3 frozen to the first step on 2 nodes: {time.monotonic() - frozen:.1f} s")
+        status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=240)
+    finally:
+        subprocess.run([*cluster, "thaw-node", "3"], env=slurm_env, timeout=60, capture_output=True)
+        subprocess.run([*cluster, "kill-node", "3"], env=slurm_env, timeout=60, capture_output=True)
+        subprocess.run([*cluster, "revive-node", "3"], env=slurm_env, timeout=120, capture_output=True)
+    batch = mldist(["logs", job], env=slurm_env).stdout
+    why = f"{status}\n{batch}\n--- rank 0\n{_text(rank0)[-3000:]}"
+    assert " COMPLETED " in f" {status} " and " restarts " not in status, why
+    assert re.search(r"mldist: lost node node3 \(it does not answer\); re-forming the world on node1,node2: "
+                     r"2 worker\(s\) \(--min-nodes 2\)", batch), why  # fmt: skip
+    log0 = _text(rank0)
+    assert "EPOCH 5 BEGIN 2" in log0 and "DONE 0 2" in log0 and "DONE 1 2" in _text(out / "rank-1.log"), why
+    reforms = json.loads((out / "run" / "elastic.json").read_text())["reforms"]
+    assert [(r["lost"], r["before"], r["after"]) for r in reforms] == [(["node3"], 3, 2)], reforms
 
 
 def _status_while(env: dict[str, str], job: str, going: Callable[[], bool], timeout: float) -> list[str]:

@@ -4,7 +4,8 @@ Usage: KERAS_BACKEND=jax python keras_guide.py OUT_DIR [ORDER]
 
 ORDER (default ``keras``): ``keras`` calls only ``keras.distribution.initialize()``;
 ``mldist-first`` calls ``mldist.init()`` before it, ``keras-first`` after it (a script that
-mixes both must form one group either way).
+mixes both must form one group either way); ``jax`` calls JAX's own ``jax.distributed.initialize()``
+with no arguments instead of Keras's (still no mldist in sight).
 
 The guide's steps: initialize the process group from the environment, list every process's
 devices, put a ``DataParallel`` distribution over them, then ``fit`` on a tf.data input that
@@ -31,7 +32,12 @@ if ORDER == "mldist-first":
 
     mldist.init()
 try:
-    keras.distribution.initialize()
+    if ORDER == "jax":
+        import jax
+
+        jax.distributed.initialize()
+    else:
+        keras.distribution.initialize()
 except ValueError as exc:  # as the guide does: one process has no cluster to join
     print(f"Keras distribution initialization skipped or failed: {exc}", flush=True)
 if ORDER == "keras-first":

@@ -4,7 +4,10 @@
 libraries read them for logging and sharding. Keras's three ``KERAS_DISTRIBUTION_*`` variables:
 ``keras.distribution.initialize()`` (JAX backend) forms its group from them, with rank 0's
 address as JAX's coordinator; rank 0 also gets ``JAX_COORDINATOR_BIND_ADDRESS``, so that the
-coordinator listens on that address only (JAX's default is every interface).
+coordinator listens on that address only (JAX's default is every interface). JAX's conventional
+three, ``JAX_COORDINATOR_ADDRESS`` (where known), ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``: many
+scripts read them, and mldist's detector makes ``jax.distributed.initialize()`` with no arguments
+form the group from them (:mod:`mldist.runtime.jax_init`).
 
 ``TF_CONFIG`` when asked (``MLDIST_TF_CONFIG=1``: ``mldist run --tf-config``, ``mldist submit
 --tf-config``): scripts written for ``tf.distribute.MultiWorkerMirroredStrategy`` read it.
@@ -33,6 +36,9 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 #: Keras's: job addresses (the first one coordinates), process count, this process's id.
 KERAS = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID")
 JAX_BIND = "JAX_COORDINATOR_BIND_ADDRESS"
+#: JAX's conventional ones: rank 0's ``host:port``, the process count, this process's id (JAX itself reads
+#: only the first; :mod:`mldist.runtime.jax_init` reads them for ``jax.distributed.initialize()``).
+JAX = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 #: Open MPI settings of every worker of two or more. libnbc, which runs MPI_Iallreduce, picks a binomial
 #: reduce to rank 0 then a broadcast from it for fewer than 4 ranks or an in-place call (the engine's
 #: buckets are both): the whole buffer crosses each link twice, one way after the other. Rabenseifner's
@@ -69,6 +75,26 @@ def keras_variables(rank: int, workers: Sequence[str]) -> dict[str, str]:
     return values | ({JAX_BIND: workers[0]} if rank == 0 else {})
 
 
+def jax_variables(rank: int, size: int, coordinator: str) -> dict[str, str]:
+    """JAX's three conventional variables of one worker; none for one process, no address where unknown.
+
+    Args:
+        rank: the worker's rank.
+        size: how many workers.
+        coordinator: rank 0's ``host:port``, or "" where only asking the other ranks would tell.
+
+    Example:
+        >>> jax_variables(1, 2, "n1:2000")
+        {'JAX_COORDINATOR_ADDRESS': 'n1:2000', 'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': '1'}
+        >>> jax_variables(1, 2, "")
+        {'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': '1'}
+    """
+    if size < 2:
+        return {}
+    values = dict(zip(JAX, (coordinator, str(size), str(rank)), strict=True))
+    return {name: value for name, value in values.items() if value}
+
+
 def tf_config(rank: int, workers: Sequence[str]) -> dict[str, str]:
     """``TF_CONFIG`` of one worker: every rank a worker, this one at index ``rank``.
 
@@ -101,6 +127,8 @@ def for_tools(
         ['LOCAL_WORLD_SIZE', 'OMPI_MCA_coll_libnbc_iallreduce_algorithm', 'TF_CONFIG', 'WORLD_SIZE']
         >>> for_tools({}, 1, 2, 0, 1, (), "n1:2000")["KERAS_DISTRIBUTION_JOB_ADDRESSES"]
         'n1:2000'
+        >>> for_tools({"JAX_PROCESS_ID": "5"}, 1, 2, 0, 1, (), "n1:2000")["JAX_COORDINATOR_ADDRESS"]
+        'n1:2000'
 
     """
     values = variables(rank, size, local_rank, local_size) | (MPI_TUNING if size > 1 else {})
@@ -108,9 +136,11 @@ def for_tools(
         values |= keras_variables(rank, workers)
         if envvalues.TF_CONFIG.read(env):
             values |= tf_config(rank, workers)
+        coordinator = workers[0]
     elif size > 1 and coordinator:
         values |= dict(zip(KERAS, (coordinator, str(size), str(rank)), strict=True))
         values |= {JAX_BIND: coordinator} if rank == 0 else {}
+    values |= jax_variables(rank, size, coordinator)
     return added(env, values)
 
 
@@ -126,7 +156,7 @@ def kept_note(env: Mapping[str, str]) -> str:
         >>> kept_note({"RANK": "3"})[:41]
         'RANK=3 of this environment stays as it is'
     """
-    kept = [f"{name}={env[name]}" for name in (*NAMES, *KERAS) if name in env]
+    kept = [f"{name}={env[name]}" for name in (*NAMES, *KERAS, *JAX) if name in env]
     if not kept:
         return ""
     return (

@@ -151,6 +151,66 @@ def jax_formed_group() -> bool:
     return bool(getattr(state, "coordinator_address", None)) and (getattr(state, "num_processes", None) or 0) > 1
 
 
+def add_jax_cluster(name: str, finder: Any) -> str:
+    """Make ``finder`` JAX's first cluster detector: ``jax.distributed.initialize()`` with no arguments
+    then asks it first. "" when done; else one line saying what moved (nothing is registered).
+
+    JAX registers a detector by subclassing its private ``jax._src.clusters.ClusterEnv`` (the
+    subclass joins ``ClusterEnv._cluster_types``, tried in order); there is no public way.
+
+    Args:
+        name: the detector's name (``cluster_detection_method=name`` picks it alone).
+        finder: an object with ``present()``, ``address(timeout)``, ``count()``, ``index()`` and ``local()``.
+    """
+    try:
+        from jax._src import clusters
+
+        base = clusters.ClusterEnv
+        found = base._cluster_types
+        needed = ("is_env_present", "get_coordinator_address", "get_process_count", "get_process_id")
+        if not isinstance(found, list) or not all(hasattr(base, n) for n in needed):
+            raise AttributeError("ClusterEnv._cluster_types or its methods")
+    except (ImportError, AttributeError) as exc:
+        import jax
+
+        return (
+            f"JAX {jax.__version__} moved its cluster detectors ({exc}); jax.distributed.initialize() with no "
+            "arguments will not find this worker's group: call mldist.init(), or pass it this worker's "
+            "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID"
+        )
+    if any(getattr(c, "name", None) == name for c in found):
+        return ""
+
+    class Detector(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def is_env_present(cls) -> bool:
+            return bool(finder.present())
+
+        @classmethod
+        def get_coordinator_address(cls, timeout_secs: int | None, override_coordinator_port: str | None = None) -> str:
+            address = str(finder.address(timeout_secs))
+            return f"{address.rpartition(':')[0]}:{override_coordinator_port}" if override_coordinator_port else address
+
+        @classmethod
+        def get_process_count(cls) -> int:
+            return int(finder.count())
+
+        @classmethod
+        def get_process_id(cls) -> int:
+            return int(finder.index())
+
+        @classmethod
+        def get_local_process_id(cls) -> int | None:
+            return finder.local()  # type: ignore[no-any-return]
+
+    Detector.name = name
+    Detector.__qualname__ = Detector.__name__ = f"{name.capitalize()}Cluster"
+    if Detector in found:  # joined at the end by __init_subclass__: first instead
+        found.remove(Detector)
+    found.insert(0, Detector)
+    return ""
+
+
 def tf_formed_cluster() -> bool:
     """Whether a tf.distribute strategy started TensorFlow's collectives over a cluster in this process
     (read only if TensorFlow is imported).

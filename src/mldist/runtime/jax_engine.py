@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 import zlib
@@ -31,16 +32,41 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CollectiveMismatch, ConfigError
+from ..base import envvalues
+from ..errors import CollectiveMismatch, ConfigError, MldistError
 from ..placement import Placement, build_cluster_spec
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import ThreadPlan, choose_gpu
-from . import jax_cpu, stall
+from . import jax_cpu, jax_watch, stall
 from .engine import WholeWorld, mpi_allgather_hosts
 
 #: JAX's CUDA plugins; without one JAX runs on CPUs only.
 CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins.xla_cuda12")
 _REDUCE: dict[str, Any] = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+#: ``jax.distributed.initialize``'s own timeouts (seconds): all ranks joining, a silent peer, the exit barrier.
+JAX_TIMEOUTS = {"initialization_timeout": 300, "heartbeat_timeout_seconds": 100, "shutdown_timeout_seconds": 300}
+
+
+def jax_timeouts(env: Mapping[str, str]) -> dict[str, int]:
+    """JAX's three timeouts for a worker: ``MLDIST_COLLECTIVE_TIMEOUT`` (whole seconds, rounded up) where
+    it is shorter than JAX's default, so that a rank that never joins, a peer that went silent and the
+    exit barrier's wait for a dead rank end no later than a stalled collective is named.
+
+    ``0`` (the watch off) or a bad value (``mldist run`` and ``mldist.init()`` refuse it in one line): JAX's.
+
+    Example:
+        >>> jax_timeouts({"MLDIST_COLLECTIVE_TIMEOUT": "20.5"})["heartbeat_timeout_seconds"]
+        21
+        >>> jax_timeouts({}) == JAX_TIMEOUTS  # the default, 600 s, is longer than JAX's
+        True
+    """
+    try:
+        limit = envvalues.COLLECTIVE_TIMEOUT.read(env)
+    except MldistError:
+        limit = 0
+    if not limit:
+        return dict(JAX_TIMEOUTS)
+    return {name: min(default, max(1, math.ceil(limit))) for name, default in JAX_TIMEOUTS.items()}
 
 
 def has_cuda_plugin() -> bool:
@@ -145,6 +171,7 @@ class JaxEngine(WholeWorld):
         else:
             # JAX's coordinator speaks gRPC, which would send it to a site's HTTP proxy.
             os.environ.update(worker_no_proxy(os.environ, spec.workers))
+            limits = jax_timeouts(os.environ)
             jax.distributed.initialize(
                 coordinator_address=spec.workers[0],
                 num_processes=spec.size,
@@ -153,9 +180,13 @@ class JaxEngine(WholeWorld):
                 # Rank 0's coordinator listens on the address mldist chose for it, not on every interface
                 # (JAX's default is [::]:port); its gRPC has no authentication.
                 coordinator_bind_address=spec.workers[0] if spec.rank == 0 else None,
+                initialization_timeout=limits["initialization_timeout"],
+                heartbeat_timeout_seconds=limits["heartbeat_timeout_seconds"],
+                shutdown_timeout_seconds=limits["shutdown_timeout_seconds"],
             )
             self.formed = True  # mldist.runtime.patches makes a later initialize() for this world do nothing
         set_data_parallel(spec.size)  # JAX's backend starts here, and Gloo's event loop with it
+        stall.sample_with(jax_watch.Waits())  # every computation across processes is watched, not only fit's
         self._idle_event_loop(spec.rank)
         self._seed_alike(spec.rank)
         return None, spec.workers

@@ -17,8 +17,14 @@ Example:
 from __future__ import annotations
 
 import atexit
+import functools
+import importlib.machinery
+import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 from . import compat, failures, leave
 
@@ -76,6 +82,29 @@ PATCHES: tuple[Patch, ...] = (
         "the workers of mldist's launchers; MLDIST_HOOK=0 turns the whole hook off (the note too)",
     ),
     Patch(
+        "sys.meta_path: jax.distributed on import",
+        "mldist.runtime.patches.AfterImport",
+        "the two entries below must be made when the script imports JAX, and importing JAX in the hook "
+        "would cost every worker that never uses it about a second; Python has no post-import hook",
+        "the start-up hook, in workers of 2+; MLDIST_HOOK=0 turns the whole hook off",
+    ),
+    Patch(
+        "jax._src.clusters: mldist's detector, first",
+        "mldist.runtime.jax_init.Finder (mldist.runtime.compat.add_jax_cluster)",
+        "jax.distributed.initialize() with no arguments finds no group under mldist run, -H, PBS, Cobalt or "
+        "Open MPI 5; JAX's detectors are private subclasses, and none reads JAX_NUM_PROCESSES or JAX_PROCESS_ID",
+        "the start-up hook, in workers of 2+, when the script imports JAX; MLDIST_HOOK=0 turns it off",
+    ),
+    Patch(
+        "jax.distributed.initialize: cluster defaults",
+        "mldist.runtime.jax_init.with_cluster_defaults",
+        "JAX's own timeouts (300 s to join, 100 s for a silent peer, 300 s at the exit barrier) outlast a "
+        "shorter MLDIST_COLLECTIVE_TIMEOUT, and its preemption service swallows the launcher's SIGTERM; "
+        "initialize() takes both only as arguments, which Keras's initialize() and JAX's guide never pass",
+        "the start-up hook, in workers of 2+, when the script imports JAX; a caller's own arguments and "
+        "JAX_ENABLE_PREEMPTION_SERVICE win; MLDIST_HOOK=0 turns it off",
+    ),
+    Patch(
         "atexit: the group note",
         "mldist.runtime.startup.how_joined (mldist.base.joined)",
         "workers that never formed a group train one copy each and exit 0; the launcher says so in one line",
@@ -130,6 +159,103 @@ def jax_initialize_once(rank: int, size: int) -> None:
 
     jax.distributed.initialize = joined(jax.distributed.initialize, rank, size)
     _record("jax.distributed.initialize")
+
+
+class AfterImport:
+    """Runs ``then(module)`` once, right after the module ``name`` is first imported (never stops the import).
+
+    Args:
+        name: the module's full name.
+        then: called with the module once it is executed.
+
+    A finder and a loader by their methods alone: ``importlib.abc`` would cost every worker's start 4 ms.
+    """
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # once: the other finders find it
+        for finder in sys.meta_path:
+            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Then(spec.loader, self.then)  # type: ignore[assignment]
+                return spec
+        return None
+
+
+class _Then:
+    """A loader that executes the module with ``loader``, then calls ``then`` with it."""
+
+    def __init__(self, loader: Any, then: Callable[[ModuleType], None]) -> None:
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        module.__loader__ = self.loader  # as if this one had never been there
+        try:
+            self.then(module)
+        except Exception as exc:  # the user's import goes on; say what mldist could not do
+            print(f"mldist: could not prepare {module.__name__} for this worker ({exc})", file=sys.stderr)
+
+
+def jax_own_initialize(rank: int) -> None:
+    """When the script imports JAX: mldist's cluster detector first and ``jax.distributed.initialize``'s
+    cluster defaults (:mod:`mldist.runtime.jax_init`), its join marked; at once if JAX is imported already.
+
+    Args:
+        rank: this worker's rank (its join mark: :func:`mldist.runtime.startup.joining`).
+    """
+    if any(isinstance(f, AfterImport) for f in sys.meta_path):
+        return
+    then = functools.partial(_jax_distributed, rank=rank)
+    if "jax.distributed" in sys.modules:
+        then(sys.modules["jax.distributed"])
+    else:
+        sys.meta_path.insert(0, AfterImport("jax.distributed", then))
+        _record("sys.meta_path: jax.distributed on import")
+
+
+def _marked(initialize: Callable[..., Any], rank: int) -> Callable[..., Any]:
+    """``initialize`` with this rank's join marked first, as ``mldist.init()`` marks it: a script that calls
+    JAX's or Keras's own initialize and a rank that never does end at once, in one line, instead of after
+    JAX's 300 s (:func:`mldist.runtime.startup.joining`)."""
+
+    @functools.wraps(initialize)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        from . import startup
+
+        startup.joining(os.environ, rank)
+        try:
+            return initialize(*args, **kwargs)
+        except BaseException:
+            startup.not_joining(os.environ, rank)
+            raise
+
+    return marked
+
+
+def _jax_distributed(module: ModuleType, rank: int) -> None:
+    """:func:`jax_own_initialize`'s work, with ``jax.distributed`` (the module) just executed."""
+    from . import jax_init
+
+    problem = compat.add_jax_cluster(jax_init.NAME, jax_init.Finder(os.environ))
+    if problem:
+        print(f"mldist: {problem}", file=sys.stderr)
+    else:
+        _record("jax._src.clusters: mldist's detector, first")
+    defaults = jax_init.with_cluster_defaults(module.initialize, os.environ)  # type: ignore[attr-defined]
+    module.initialize = _marked(defaults, rank)  # type: ignore[attr-defined]
+    _record("jax.distributed.initialize: cluster defaults")
 
 
 def autograph_leaves_mldist() -> None:

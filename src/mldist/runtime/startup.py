@@ -57,7 +57,7 @@ def begin(environ: MutableMapping[str, str]) -> None:
     if rank is not None:  # JAX's own initialize() finds this group, once the script imports JAX
         from . import patches
 
-        patches.jax_own_initialize()
+        patches.jax_own_initialize(rank)
     where = progress.folder(environ)
     if rank is not None and where is not None and _wanted(envvalues.GROUP_NOTE, environ):
         # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
