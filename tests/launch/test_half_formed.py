@@ -26,24 +26,33 @@ MPIRUN = str(Path(PY).parent / "mpirun")
 AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 WORKER = WORKERS / "half_formed.py"
 #: The line of the worker's join, which the line must name.
-JOIN = next(i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if line.startswith("mldist.init()"))
+JOINS = {
+    how: next(i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if line.strip().startswith(call))
+    for how, call in (("mldist", "mldist.init()"), ("jax", "jax.distributed.initialize()"))
+}
 TIMEOUT = 20
-LINE = re.compile(
-    r"mldist: error: rank 1 exited without joining the group \(no mldist\.init\(\), hvd\.init\(\) or "
-    rf"keras\.distribution\.initialize\(\)\); rank 0 waits for it in start-up \(\S*half_formed\.py:{JOIN}\): "
-    r"every rank must join \(.*\)$"
-)
 
 
-def launch(launcher: str, backend: str, order: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def line_of(join: str) -> re.Pattern[str]:
+    return re.compile(
+        r"mldist: error: rank 1 exited without joining the group \(no mldist\.init\(\), hvd\.init\(\) or "
+        r"keras\.distribution\.initialize\(\)\); rank 0 waits for it in start-up "
+        rf"\(\S*half_formed\.py:{JOINS[join]}\): every rank must join \(.*\)$"
+    )
+
+
+def launch(
+    launcher: str, backend: str, order: str, join: str = "mldist"
+) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run the worker on 2 ranks; the result and the seconds from rank 1's finish to the job's end."""
     env = clean_env(**AS_ROOT, MLDIST_COLLECTIVE_TIMEOUT=str(TIMEOUT), KERAS_BACKEND=backend)
     if launcher == "mpirun":
         env["PYTHONPATH"] = f"{hook_folder()}:{env['PYTHONPATH']}"
-        argv = [MPIRUN, "-n", "2", "--oversubscribe", PY, str(WORKER), order]
+        argv = [MPIRUN, "-n", "2", "--oversubscribe", PY, str(WORKER), order, join]
         res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=90, cwd=ROOT)
     else:
-        res = mldist(["run", "-n", "2", "--no-run-dir", "--", PY, str(WORKER), order], env=env, timeout=90, cwd=ROOT)
+        argv = ["run", "-n", "2", "--no-run-dir", "--", PY, str(WORKER), order, join]
+        res = mldist(argv, env=env, timeout=90, cwd=ROOT)
     ended = time.time()
     alone = [float(line.split()[-1]) for line in res.stdout.splitlines() if "ALONE 1 " in line]
     assert alone, res.stdout[-2000:] + res.stderr[-3000:]
@@ -51,21 +60,23 @@ def launch(launcher: str, backend: str, order: str) -> tuple[subprocess.Complete
 
 
 CASES = [
-    ("mldist run", "tensorflow", "after", "[1] "),
-    ("mldist run", "tensorflow", "before", "[0] "),
-    ("mldist run", "jax", "after", "[1] "),
-    ("mpirun", "tensorflow", "after", ""),
+    ("mldist run", "tensorflow", "after", "[1] ", "mldist"),
+    ("mldist run", "tensorflow", "before", "[0] ", "mldist"),
+    ("mldist run", "jax", "after", "[1] ", "mldist"),
+    ("mpirun", "tensorflow", "after", "", "mldist"),
+    ("mldist run", "jax", "after", "[1] ", "jax"),
 ]
+IDS = ["run-mpi-after", "run-mpi-before", "run-jax-after", "mpirun-mpi", "run-jax-own-initialize"]
 
 
-@pytest.mark.parametrize(
-    "launcher, backend, order, speaker", CASES, ids=["run-mpi-after", "run-mpi-before", "run-jax-after", "mpirun-mpi"]
-)
-def test_a_half_formed_group_ends_in_time_with_one_line(launcher: str, backend: str, order: str, speaker: str) -> None:
-    res, took = launch(launcher, backend, order)
+@pytest.mark.parametrize("launcher, backend, order, speaker, join", CASES, ids=IDS)
+def test_a_half_formed_group_ends_in_time_with_one_line(
+    launcher: str, backend: str, order: str, speaker: str, join: str
+) -> None:
+    res, took = launch(launcher, backend, order, join)
     assert res.returncode == 2 and "UNREACHABLE" not in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
     assert took < TIMEOUT + 20, f"the job ended {took:.0f} s after rank 1 finished\n{res.stderr[-3000:]}"
     lines = [line for line in res.stderr.splitlines() if "without joining the group" in line]
     # One line, said by the rank that saw the other: rank 1 at its exit, or rank 0 as it began to join.
-    assert len(lines) == 1 and lines[0].startswith(speaker) and LINE.search(lines[0]), res.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(speaker) and line_of(join).search(lines[0]), res.stderr[-3000:]
     assert "never formed a group" not in res.stderr and "never joined the group" not in res.stderr

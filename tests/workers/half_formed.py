@@ -3,6 +3,7 @@
 argv[1]: ``after``: the others finish once rank 0 marked its join, and so wait in MPI's or JAX's
 start-up (rank 0 imports Keras and its backend first, as a script does: after its mark only the
 start-up is left); ``before``: they finish first, and rank 0 joins once their notes are there.
+argv[2], if given, ``jax``: rank 0 joins through JAX's own ``jax.distributed.initialize()``, no mldist.
 Each rank prints ``ALONE <rank> <time>`` as it finishes without joining; nothing prints
 ``UNREACHABLE`` when the job ends as it must.
 """
@@ -38,6 +39,12 @@ if rank:
 
 if order == "before":
     wait_for(where / "group-1")
+if sys.argv[2:] == ["jax"]:
+    import jax
+
+    jax.distributed.initialize()  # the join, JAX's own
+    print("UNREACHABLE", flush=True)
+    sys.exit(0)
 import keras  # noqa: E402,F401  (its backend too, before the join)
 
 import mldist  # noqa: E402
