@@ -1,6 +1,6 @@
 """Each centre guide's job recipe as one ``mldist submit --dry-run`` line, through the real CLI.
 
-These command lines are the README's (batch-jobs section): each runs ``python -m mldist`` in a
+These command lines are the documentation site's (docs/sites/index.md): each runs ``python -m mldist`` in a
 subprocess, in an empty working directory with no user site file and no scheduler on PATH (a
 laptop), and the test checks the lines of the printed script that make the recipe. Bad input
 gets exit 2 and one stderr line.

@@ -349,7 +349,7 @@ def strategy() -> Any:
 def _late_strategy() -> Any:
     """MultiWorkerMirroredStrategy for tf.distribute code on a run whose own collectives use MPI.
 
-    It starts TensorFlow's gRPC server (see the README's Security section); mldist's
+    It starts TensorFlow's gRPC server (see docs/concepts/security.md); mldist's
     collectives keep using MPI. TensorFlow allows this only before it ran any op.
     """
     import tensorflow as tf

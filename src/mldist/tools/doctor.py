@@ -102,7 +102,7 @@ def check_mpi(env: Mapping[str, str]) -> Check:
     except MldistError as exc:
         return Check("MPI engine", "fail", str(exc), "fix the MPI installation, or set MLDIST_COMMUNICATION=ring")
     if decision.fallback:
-        return Check("MPI engine", "warn", f"RING will be used: {decision.reason}", "see the README's MPI section")
+        return Check("MPI engine", "warn", f"RING will be used: {decision.reason}", "see docs/concepts/engines.md")
     detail = f" ({decision.library})" if decision.library else ""
     why = f": {decision.reason}" if decision.reason else ""
     return Check("MPI engine", "ok", f"init() will use the {decision.name} engine{detail}{why}")

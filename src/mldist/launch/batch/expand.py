@@ -26,7 +26,7 @@ from ...errors import ConfigError
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _REF = re.compile(rf"\$(?:\{{({_NAME})\}}|({_NAME})|(\$))")
 
-#: Where the README explains the rule; every refusal ends with it.
+#: The rule (docs/guides/batch-jobs.md explains it); every refusal ends with it.
 _HINT = "only $NAME and ${NAME} expand when the job starts; write $$ for a literal $"
 
 
