@@ -104,7 +104,7 @@ def config_record(cfg: RunConfig, started_by: str, env: Mapping[str, str]) -> di
         "cpu_bind": cfg.cpu_bind,
         "max_restarts": cfg.max_restarts,
         "elastic": dataclasses.asdict(cfg.elastic) if cfg.elastic else None,
-        "threads": dataclasses.asdict(thread_plan(env, cfg.nprocs)),
+        "threads": dataclasses.asdict(thread_plan(env, cfg.nprocs, size=cfg.nprocs)),
         "versions": versions(),
         "command": list(cfg.command),
         "cwd": os.getcwd(),

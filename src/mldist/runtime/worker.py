@@ -213,7 +213,9 @@ def init(
     watchdog.watch_launcher(os.environ)
     placement = detect(os.environ)
     probe = cpu_probe(os.environ)
-    plan = thread_plan(os.environ, placement.local_size, probe, intra_op=intra_op, inter_op=inter_op)
+    plan = thread_plan(
+        os.environ, placement.local_size, probe, intra_op=intra_op, inter_op=inter_op, size=placement.size
+    )
     for key, value in openmp_defaults(plan, probe.pinned).items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

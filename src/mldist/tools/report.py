@@ -175,7 +175,7 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
         spec = build_cluster_spec(placement, env, mpi_allgather_hosts)
         report["workers"] = list(spec.workers) if spec.size > 1 else []
         probe = cpu_probe(env)
-        plan = thread_plan(env, spec.local_size, probe)  # the very function init() uses
+        plan = thread_plan(env, spec.local_size, probe, size=spec.size)  # the very function init() uses
         report["threads"] = dataclasses.asdict(plan) | {"node_cpus": probe.total, "affinity_cpus": len(probe.allowed)}
         would = openmp_defaults(plan, probe.pinned)
         would |= worker_no_proxy(env, spec.workers)
