@@ -55,11 +55,13 @@ def plan_threads(
     evenly among the ranks on the node: the whole node, or the job's CPU set when
     the ranks were started inside one unbound (``mldist run`` in a cpuset, a
     container or ``salloc -c 8``: each rank of 4 gets 2, not all 8). Site guides use
-    intra-op = cores and inter-op = 1 or 2: 2 from 4 CPUs, and in every rank of a group of two or more.
-    A collective starts with an op of TensorFlow's graph (the MPI engine's start op, RING's and NCCL's
-    kernels); with one inter-op thread TensorFlow runs backprop's chain of ops inline to its end before
-    any op it queued, so every bucket's all-reduce began after the whole backward pass. Two hosts over
-    a 1 Gbit/s link, MobileNetV2, 1 CPU per rank: 123 -> 155 images/s per worker with two.
+    intra-op = cores and inter-op = 1 or 2: 2 from 4 CPUs, and in every rank of a group that spans
+    nodes. A collective starts with an op of TensorFlow's graph (the MPI engine's start op, RING's and
+    NCCL's kernels); with one inter-op thread TensorFlow runs backprop's chain of ops inline to its end
+    before any op it queued, so every bucket's all-reduce began after the whole backward pass. Two hosts
+    over a 1 Gbit/s link, MobileNetV2, 1 CPU per rank: 123 -> 155-164 images/s per worker with two. On
+    one node the all-reduce is cheap and the second thread's ops share the rank's core: 176-187 -> 163-167
+    (loopback, same model), so there it stays one.
 
     Args:
         affinity: CPUs in this process's affinity mask.
@@ -68,7 +70,7 @@ def plan_threads(
         local_size: ranks on this node.
         given_by: where ``cpus_per_task`` came from (the plan's ``source``).
         shared: the launcher left every rank on the node the same mask (it did not bind them).
-        size: ranks in the whole group.
+        size: ranks in the whole group (more than ``local_size``: it spans nodes).
 
     Example:
         >>> plan_threads(8, 8, None, 4).cpus
@@ -84,7 +86,7 @@ def plan_threads(
         cpus, source = cpus_per_task, given_by
     else:
         cpus, source = max(1, affinity // max(1, local_size)), f"{affinity} cores / {local_size} ranks"
-    return ThreadPlan(cpus, cpus, 2 if cpus >= 4 or size > 1 else 1, source)
+    return ThreadPlan(cpus, cpus, 2 if cpus >= 4 or size > local_size else 1, source)
 
 
 @dataclass(frozen=True)
@@ -242,7 +244,7 @@ def thread_plan(
         local_size: ranks on this node.
         probe: the CPUs (default: :func:`cpu_probe` of ``env``).
         intra_op, inter_op: sizes passed to ``mldist.init`` (None: not given).
-        size: ranks in the whole group (2 or more: two inter-op threads, see :func:`plan_threads`).
+        size: ranks in the whole group (more than on this node: two inter-op threads, see :func:`plan_threads`).
 
     Example:
         >>> thread_plan({}, 2, CpuProbe(8, tuple(range(8)))).cpus
