@@ -43,10 +43,13 @@ def test_profiled_run_leaves_a_merged_trace_with_both_ranks_and_the_allreduce(tm
     # began on one thread and ended on another (a core dump shows the abort in TraceMeRecorder's
     # SplitEventTracker); glibc then aborts a RING worker, never on the MPI engine: 7 of 111 runs here
     # under load (host tracer level 1: 2 of 37). The README says so. Up to two new attempts, never more:
-    # a CI run then fails this way far less than once in 1,000.
+    # a CI run then fails this way far less than once in 1,000. The same corrupted heap may end the
+    # worker in SIGSEGV instead (seen once, exit 139, in a full suite run).
     for _ in range(3):
         res = mldist(cmd, env=env, timeout=180)
-        if not (engine == "ring" and res.returncode == 134 and re.search(GLIBC_HEAP_ABORT, res.stderr)):
+        aborted = res.returncode == 134 and re.search(GLIBC_HEAP_ABORT, res.stderr)
+        crashed = res.returncode == 139 and "killed by SIGSEGV" in res.stderr
+        if not (engine == "ring" and (aborted or crashed)):
             break
     check(res)
     assert "[0] FIT-DONE 0" in res.stdout and "[1] FIT-DONE 1" in res.stdout

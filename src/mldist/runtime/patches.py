@@ -208,16 +208,17 @@ class _Then:
             print(f"mldist: could not prepare {module.__name__} for this worker ({exc})", file=sys.stderr)
 
 
-def jax_own_initialize(rank: int) -> None:
+def jax_own_initialize(marks: Marks) -> None:
     """When the script imports JAX: mldist's cluster detector first and ``jax.distributed.initialize``'s
     cluster defaults (:mod:`mldist.runtime.jax_init`), its join marked; at once if JAX is imported already.
 
     Args:
-        rank: this worker's rank (its join mark: :func:`mldist.runtime.startup.joining`).
+        marks: what marks this worker's join before the start-up and removes the mark when it fails
+            (:func:`mldist.runtime.startup.joining` and ``not_joining``, bound to this rank).
     """
     if any(isinstance(f, AfterImport) for f in sys.meta_path):
         return
-    then = functools.partial(_jax_distributed, rank=rank)
+    then = functools.partial(_jax_distributed, marks=marks)
     if "jax.distributed" in sys.modules:
         then(sys.modules["jax.distributed"])
     else:
@@ -225,26 +226,33 @@ def jax_own_initialize(rank: int) -> None:
         _record("sys.meta_path: jax.distributed on import")
 
 
-def _marked(initialize: Callable[..., Any], rank: int) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class Marks:
+    """A worker's join marks (:func:`mldist.runtime.startup.joining`): ``before`` the start-up, ``failed`` after
+    a start-up that raised. Handed in by the start-up hook, which imports this module (not the other way)."""
+
+    before: Callable[[], None]
+    failed: Callable[[], None]
+
+
+def _marked(initialize: Callable[..., Any], marks: Marks) -> Callable[..., Any]:
     """``initialize`` with this rank's join marked first, as ``mldist.init()`` marks it: a script that calls
     JAX's or Keras's own initialize and a rank that never does end at once, in one line, instead of after
-    JAX's 300 s (:func:`mldist.runtime.startup.joining`)."""
+    JAX's 300 s."""
 
     @functools.wraps(initialize)
     def marked(*args: Any, **kwargs: Any) -> Any:
-        from . import startup
-
-        startup.joining(os.environ, rank)
+        marks.before()
         try:
             return initialize(*args, **kwargs)
         except BaseException:
-            startup.not_joining(os.environ, rank)
+            marks.failed()
             raise
 
     return marked
 
 
-def _jax_distributed(module: ModuleType, rank: int) -> None:
+def _jax_distributed(module: ModuleType, marks: Marks) -> None:
     """:func:`jax_own_initialize`'s work, with ``jax.distributed`` (the module) just executed."""
     from . import jax_init
 
@@ -254,7 +262,7 @@ def _jax_distributed(module: ModuleType, rank: int) -> None:
     else:
         _record("jax._src.clusters: mldist's detector, first")
     defaults = jax_init.with_cluster_defaults(module.initialize, os.environ)  # type: ignore[attr-defined]
-    module.initialize = _marked(defaults, rank)  # type: ignore[attr-defined]
+    module.initialize = _marked(defaults, marks)  # type: ignore[attr-defined]
     _record("jax.distributed.initialize: cluster defaults")
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -57,7 +58,8 @@ def begin(environ: MutableMapping[str, str]) -> None:
     if rank is not None:  # JAX's own initialize() finds this group, once the script imports JAX
         from . import patches
 
-        patches.jax_own_initialize(rank)
+        marks = patches.Marks(functools.partial(joining, environ, rank), functools.partial(not_joining, environ, rank))
+        patches.jax_own_initialize(marks)
     where = progress.folder(environ)
     if rank is not None and where is not None and _wanted(envvalues.GROUP_NOTE, environ):
         # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
