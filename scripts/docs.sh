@@ -41,7 +41,9 @@ PY
       log=$(mktemp)
       echo "docs: installing chromium (Debian's package)" >&2
       export DEBIAN_FRONTEND=noninteractive
-      { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; } >"$log" 2>&1 ||
+      # One apt at a time across the project's scripts (the suite starts services side by side).
+      { flock -w 900 /tmp/mldist-apt.lock apt-get update -qq &&
+        flock -w 900 /tmp/mldist-apt.lock apt-get install -y -qq --no-install-recommends chromium; } >"$log" 2>&1 ||
         { tail -n 5 "$log" >&2; echo "docs: apt-get install chromium failed (log: $log)" >&2; exit 1; }
       rm -f "$log"
     fi

@@ -163,12 +163,15 @@ stop_all() {
     if [ -L "$ETC_LINK" ] && [ "$(readlink "$ETC_LINK")" = "$CONF" ]; then rm -f "$ETC_LINK"; fi
     rm -f "$D/run/etc-link-created"
   fi
-  if grep -qF "$MARK" /etc/hosts 2>/dev/null; then
-    # rewrite in place (keeps the inode; /etc/hosts may be a bind mount)
-    grep -vF "$MARK" /etc/hosts > "$D/run/hosts.tmp" || true
-    cat "$D/run/hosts.tmp" > /etc/hosts
-    rm -f "$D/run/hosts.tmp"
-  fi
+  {  # /etc/hosts: one editor at a time across the project's scripts (test-hosts.sh edits it too)
+    flock -w 60 8 || die "timed out waiting for /tmp/mldist-etc-hosts.lock"
+    if grep -qF "$MARK" /etc/hosts 2>/dev/null; then
+      # rewrite in place (keeps the inode; /etc/hosts may be a bind mount)
+      grep -vF "$MARK" /etc/hosts > "$D/run/hosts.tmp" || true
+      cat "$D/run/hosts.tmp" > /etc/hosts
+      rm -f "$D/run/hosts.tmp"
+    fi
+  } 8> /tmp/mldist-etc-hosts.lock
 }
 
 install_packages() {
@@ -181,13 +184,14 @@ install_packages() {
   log "installing slurmctld slurmd slurm-client munge libpmix2 libpmix-dev"
   local t0=$SECONDS apt_log="$D/apt.log"
   export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get update -qq > "$apt_log" 2>&1; then
+  # One apt at a time across the project's scripts (the suite starts services side by side).
+  if ! flock -w 900 /tmp/mldist-apt.lock apt-get update -qq > "$apt_log" 2>&1; then
     tail -n 5 "$apt_log" >&2; die "apt-get update failed; cannot install the Slurm packages (log: $apt_log)"
   fi
   # libpmix-dev: Slurm's mpi/pmix plugin opens the unversioned libpmix.so, which only the -dev
   # package links ("can not load PMIx library" without it).
-  if ! apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge libpmix2 libpmix-dev \
-    >> "$apt_log" 2>&1; then
+  if ! flock -w 900 /tmp/mldist-apt.lock apt-get install -y -qq --no-install-recommends slurmctld slurmd \
+    slurm-client munge libpmix2 libpmix-dev >> "$apt_log" 2>&1; then
     tail -n 5 "$apt_log" >&2; die "apt-get install slurmctld slurmd slurm-client munge libpmix2 libpmix-dev failed (log: $apt_log)"
   fi
   # (on a systemd host the packages also enable their own services; we never use them)
@@ -296,9 +300,12 @@ cmd_start() {
 
   local i
   # emulated node names must resolve for tools that connect to $SLURM_STEP_NODELIST hosts
-  for i in $(seq 1 "$NODES"); do
-    getent hosts "node$i" >/dev/null || echo "127.0.0.1 node$i $MARK" >> /etc/hosts
-  done
+  {
+    flock -w 60 8 || die "timed out waiting for /tmp/mldist-etc-hosts.lock"
+    for i in $(seq 1 "$NODES"); do
+      getent hosts "node$i" >/dev/null || echo "127.0.0.1 node$i $MARK" >> /etc/hosts
+    done
+  } 8> /tmp/mldist-etc-hosts.lock
   # let plain `sbatch` etc. work without SLURM_CONF, but never clobber someone else's file
   mkdir -p /etc/slurm
   if [ ! -e "$ETC_LINK" ] && [ ! -L "$ETC_LINK" ]; then

@@ -52,8 +52,11 @@ install_sshd() {
   command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] && return 0
   log "installing openssh-server"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq > "$D/apt.log" 2>&1 || { tail -n 5 "$D/apt.log" >&2; die "apt-get update failed"; }
-  apt-get install -y -qq --no-install-recommends openssh-server openssh-client >> "$D/apt.log" 2>&1 ||
+  # One apt at a time across the project's scripts (the suite starts services side by side).
+  flock -w 900 /tmp/mldist-apt.lock apt-get update -qq > "$D/apt.log" 2>&1 ||
+    { tail -n 5 "$D/apt.log" >&2; die "apt-get update failed"; }
+  flock -w 900 /tmp/mldist-apt.lock apt-get install -y -qq --no-install-recommends openssh-server openssh-client \
+    >> "$D/apt.log" 2>&1 ||
     { tail -n 5 "$D/apt.log" >&2; die "apt-get install openssh-server failed (log: $D/apt.log)"; }
 }
 
@@ -112,7 +115,10 @@ start_host() {  # start_host INDEX
   sshd_config "$i" > "$D/sshd_config-hx$i"
   # Its own host name: sshd and all it starts live in a UTS namespace named hx$i.
   ip netns exec "$n" unshare --uts -- sh -c "hostname hx$i && exec /usr/sbin/sshd -f '$D/sshd_config-hx$i' -E '$D/sshd-hx$i.log'"
-  grep -q " hx$i $MARK\$" /etc/hosts || echo "$(addr "$i") hx$i $MARK" >> /etc/hosts
+  {  # /etc/hosts: one editor at a time across the project's scripts (slurm-cluster.sh edits it too)
+    flock -w 60 8 || die "timed out waiting for /tmp/mldist-etc-hosts.lock"
+    grep -q " hx$i $MARK\$" /etc/hosts || echo "$(addr "$i") hx$i $MARK" >> /etc/hosts
+  } 8> /tmp/mldist-etc-hosts.lock
 }
 
 answers() { timeout 10 ssh -F "$D/ssh_config" "hx$1" hostname 2>/dev/null | grep -qx "hx$1"; }
@@ -132,11 +138,14 @@ cmd_stop() {
     ip netns del "$(ns "$i")" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
-  if grep -qF "$MARK" /etc/hosts 2>/dev/null; then
-    grep -vF "$MARK" /etc/hosts > "$D/hosts.tmp" || true
-    cat "$D/hosts.tmp" > /etc/hosts  # in place: /etc/hosts may be a bind mount
-    rm -f "$D/hosts.tmp"
-  fi
+  {
+    flock -w 60 8 || die "timed out waiting for /tmp/mldist-etc-hosts.lock"
+    if grep -qF "$MARK" /etc/hosts 2>/dev/null; then
+      grep -vF "$MARK" /etc/hosts > "$D/hosts.tmp" || true
+      cat "$D/hosts.tmp" > /etc/hosts  # in place: /etc/hosts may be a bind mount
+      rm -f "$D/hosts.tmp"
+    fi
+  } 8> /tmp/mldist-etc-hosts.lock
 }
 
 cmd_start() {

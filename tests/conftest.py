@@ -70,12 +70,14 @@ def engine(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-#: Tests that must share one pytest-xdist worker, by node id (the scheduler sees only ids): the
-#: services (Slurm cluster, sshd hosts: they edit /etc/hosts and start daemons) one after the other,
+#: Tests that must share one pytest-xdist worker, by node id (the scheduler sees only ids): each
+#: service's tests (the Slurm cluster, the sshd hosts) one after the other, the two services side by
+#: side (their scripts take turns at /etc/hosts and apt: /tmp/mldist-etc-hosts.lock, /tmp/mldist-apt.lock),
 #: and the tests that read one run or shared launch of real workers (module- or session-scoped
 #: fixtures), so that it happens once.
 GROUPS = (
-    (r"tests/(slurm/|launch/test_hosts\.py)", "services"),
+    (r"tests/slurm/", "slurm"),
+    (r"tests/launch/test_hosts\.py", "hosts"),
     # One build of the documentation site for the tests that read it.
     (r"tests/docs/test_docs_(site|browser)\.py::", "docs"),
     # One reference run per Keras backend: MPI's and RING's tests share the TensorFlow one.
@@ -112,7 +114,7 @@ def group_of(nodeid: str) -> str | None:
     """The xdist group of a test id, or None (any worker).
 
     >>> group_of("tests/slurm/test_slurm.py::test_x"), group_of("tests/cli/test_cli.py::test_y")
-    ('services', None)
+    ('slurm', None)
     """
     for pattern, name in GROUPS:
         m = re.match(pattern, nodeid)
