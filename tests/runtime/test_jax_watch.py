@@ -93,7 +93,11 @@ def test_a_rank_stuck_outside_fit_is_named_with_its_line(where: str, what: str) 
     line = re.search(rf"rank 1 has not reached collective #\d+ JAX computation {what} across processes after .*", err)
     assert line, err[-3000:]
     assert f"jax_stuck.py:{STUCK_LINE} stop: time.sleep(600)" in line.group(0), line.group(0)
-    assert f"MLDIST_COLLECTIVE_TIMEOUT={TIMEOUT}" in err and "rank 0 exited with code 1" in err
+    assert f"MLDIST_COLLECTIVE_TIMEOUT={TIMEOUT}" in err, err[-3000:]
+    # The launcher names the rank that ended first: rank 0 after its line, or the stuck rank 1 itself when
+    # JAX's client there loses rank 0's coordinator and aborts first (seen once under load).
+    ended = ("rank 0 exited with code 1", "rank 1 was killed by SIGABRT")
+    assert any(e in err for e in ended), err[-3000:]
     assert took < TIMEOUT + 25, f"the job ended {took:.0f} s after rank 1 stopped\n{err[-3000:]}"
 
 
