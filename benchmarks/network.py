@@ -2,6 +2,7 @@
 
     sudo python benchmarks/network.py [--rate none,10gbit,1gbit] [--models cnn,mobilenetv2]
                                       [--rounds 3] [--compression bf16] [--horovod /tmp/hvd/venv]
+                                      [--backends tf,jax]
 
 The hosts are the project's own (scripts/test-hosts.sh: network namespaces hx1 and hx2 on a
 private bridge, each with an sshd); the script starts them if they do not answer and stops
@@ -25,6 +26,17 @@ on 64x64x3) and rate, 1 worker per host, 1 thread per worker, each worker pinned
   mldist hvd  hvd_worker.py through mldist.horovod (a tf.function step, DistributedGradientTape)
   Horovod     the same hvd_worker.py on Horovod 0.28.1 itself (--horovod: its venv, built with
               ../shared/recipes/horovod-0.28.1; its own mpirun over the same hosts, its defaults)
+
+Keras 3 on JAX (``--backends jax``, or ``tf,jax`` for both; KERAS_BACKEND=jax, the same worker and
+hosts):
+
+  jax compute  bench_worker.py ``plain`` under the same launcher: each rank trains alone (no group)
+  jax          bench_worker.py ``mldist``: Keras's DataParallel, XLA's all-reduce over Gloo
+
+XLA compiles the step whole: its CPU pipeline merges every gradient's all-reduce into one
+(``cpu-all-reduce-combiner``) scheduled after the backward pass, and runs collectives in the
+step's own thread, so on CPUs the transfer adds to the step; JAX's rows are printed over JAX's
+compute alone and, with ``none`` among the rates, over JAX unshaped.
 
 The overlap bound, per model and rate, as images/s: batch / (max(compute, transfer) + first),
 where compute is the compute run's step time, transfer = W x 8 / rate with W the bytes each host
@@ -182,12 +194,18 @@ def launch(cmd: list[str], env: dict[str, str]) -> list[dict[str, object]]:
     return rows
 
 
-def configs(model: str, compression: str, horovod: str) -> dict[str, list[str]]:
+def configs(model: str, compression: str, horovod: str, backends: tuple[str, ...] = ("tf",)) -> dict[str, list[str]]:
     """Name -> launcher command of each run of ``model`` across the two hosts."""
     mldist = [PY, "-m", "mldist", "run", "-H", HOSTS, "--no-run-dir", "--"]
     args = ["--model", model, *STEPS[model], "--threads", "1", *PIN, "--wire", "eth0"]
+    out: dict[str, list[str]] = {}
+    if "jax" in backends:  # mldist run -H hands KERAS_BACKEND to every host's worker
+        jax = ["env", "KERAS_BACKEND=jax", *mldist, *WORKER]
+        out |= {"jax compute": [*jax, "plain", *args], "jax": [*jax, "mldist", *args]}
+    if "tf" not in backends:
+        return out
     hvd_args = [str(HVD_WORKER), "--model", model, *HVD_STEPS[model], *PIN]
-    out = {
+    out |= {
         "compute": [*mldist, *WORKER, "compute", *args],
         "mldist": [*mldist, *WORKER, "mldist", *args],
         f"mldist {compression}": [*mldist, *WORKER, "mldist", *args, "--compression", compression],
@@ -247,12 +265,18 @@ def images_per_second(rows: list[dict[str, object]]) -> float:
 
 
 def measure(
-    models: list[str], rates: list[str], rounds: int, compression: str, horovod: str, ssh_config: str
+    models: list[str],
+    rates: list[str],
+    rounds: int,
+    compression: str,
+    horovod: str,
+    ssh_config: str,
+    backends: tuple[str, ...] = ("tf",),
 ) -> tuple[Samples, Wire]:
     """Images/s per worker of every run, round after round (rates and models interleaved), and the wire facts."""
     samples: Samples = {m: {r: {} for r in rates} for m in models}
     wire = Wire()
-    runs = {m: configs(m, compression, horovod) for m in models}
+    runs = {m: configs(m, compression, horovod, backends) for m in models}
     with tempfile.TemporaryDirectory(prefix="mldist-network-") as run_dirs:
         env = env_for(ssh_config, run_dirs, horovod)
         for rnd in range(1, rounds + 1):
@@ -296,9 +320,30 @@ def bound_ips(batch: int, compute_ips: float, wire_bytes: float, first_bytes: fl
     return batch / (max(compute, wire_bytes * 8 / bps) + first_bytes * 8 / bps)
 
 
+def report_jax(med: dict[str, dict[str, dict[str, float]]]) -> dict[str, object]:
+    """Print Keras-on-JAX's rows (over JAX's compute alone, and over JAX unshaped when measured)."""
+    print("\nKeras 3 on JAX, images/s per worker (medians; in brackets: over JAX's compute alone / over JAX unshaped)")
+    table: dict[str, object] = {}
+    for model, rs in med.items():
+        unshaped = rs.get("none", {}).get("jax", 0.0)
+        for rate, m in rs.items():
+            over = f"{m['jax'] / unshaped:.2f}" if unshaped else "-"
+            print(f"{model:12s} | {rate:>7s} | jax compute {m['jax compute']:9.1f} | jax {m['jax']:9.1f} "
+                  f"({m['jax'] / m['jax compute']:.2f}/{over})")  # fmt: skip
+            table[f"{model}/{rate}"] = {"jax compute": m["jax compute"], "jax": m["jax"]}
+    return table
+
+
 def report(samples: Samples, wire: Wire, horovod: str) -> dict[str, object]:
-    """Print the wire facts and the side-by-side table; everything as one dict."""
+    """Print the wire facts and the side-by-side table(s); everything as one dict."""
     med = {m: {r: {n: statistics.median(v) for n, v in c.items()} for r, c in rs.items()} for m, rs in samples.items()}
+    jax = {m: {r: {n: v for n, v in c.items() if n.startswith("jax")} for r, c in rs.items()} for m, rs in med.items()}
+    med = {
+        m: {r: {n: v for n, v in c.items() if not n.startswith("jax")} for r, c in rs.items()} for m, rs in med.items()
+    }
+    out: dict[str, object] = {"jax": report_jax(jax)} if any(c for rs in jax.values() for c in rs.values()) else {}
+    if not any(c for rs in med.values() for c in rs.values()):  # --backends jax
+        return out
     facts: dict[str, dict[str, float]] = {}
     print(f"\nbytes the busier host sends per step (eth0, timed steps); bucket size {DEFAULT_BUCKET_BYTES:,} B")
     for model, sizes in wire.sizes.items():
@@ -326,7 +371,7 @@ def report(samples: Samples, wire: Wire, horovod: str) -> dict[str, object]:
             ratios = {"mldist_over_horovod_same_program": same, "mldist_fit_over_horovod": fit}
             table[f"{model}/{rate}"] = m | {"bound": bound} | ratios
     print(GOALS)
-    return {"medians_img_per_s_per_worker": table, "wire": facts, "horovod": horovod}
+    return out | {"medians_img_per_s_per_worker": table, "wire": facts, "horovod": horovod}
 
 
 def _on_term(signum: int, frame: FrameType | None) -> None:
@@ -340,14 +385,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--compression", default="bf16", help="the compressed mldist run's compression (fp16, bf16)")
     p.add_argument("--horovod", default="/tmp/hvd/venv", help="Horovod 0.28.1's venv, or none to leave it out")
+    p.add_argument("--backends", default="tf", help="Keras's backends, comma-separated: tf, jax or tf,jax")
     args = p.parse_args()
+    backends = tuple(b.strip() for b in args.backends.split(","))
+    if not backends or any(b not in ("tf", "jax") for b in backends) or len(set(backends)) != len(backends):
+        fail(f"--backends {args.backends!r}: name tf, jax or both (tf,jax), each once")
     rates = parse_rates(args.rate)
     models = args.models.split(",")
     if unknown := [m for m in models if m not in STEPS]:
         fail(f"--models {args.models!r}: {unknown[0]!r} is not a model; use {','.join(STEPS)}")
     if args.rounds < 1:
         fail(f"--rounds {args.rounds}: give 1 or more")
-    if args.horovod != "none" and not (Path(args.horovod) / "bin" / "mpirun").exists():
+    if "tf" in backends and args.horovod != "none" and not (Path(args.horovod) / "bin" / "mpirun").exists():
         fail(f"--horovod {args.horovod!r} has no bin/mpirun: build it (WORK=/tmp/hvd bash ../shared/recipes/"
              "horovod-0.28.1/build.sh), or --horovod none")  # fmt: skip
     if os.geteuid() != 0:
@@ -357,7 +406,7 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each run's line as it ends
     with test_hosts() as ssh_config:
         unshape()  # a run killed with SIGKILL may have left its shaping
-        samples, wire = measure(models, rates, args.rounds, args.compression, args.horovod, ssh_config)
+        samples, wire = measure(models, rates, args.rounds, args.compression, args.horovod, ssh_config, backends)
     print(json.dumps(report(samples, wire, args.horovod)))
 
 
