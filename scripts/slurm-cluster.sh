@@ -23,7 +23,7 @@
 # Knobs (environment):
 #   MLDIST_SLURM_DIR          config/state/logs/pids              [/tmp/mldist-slurm]
 #   MLDIST_SLURM_NODES        number of emulated nodes; most tests use 2, the
-#                             elastic test loses a third          [3]
+#                             elastic test loses a fourth and a third [4]
 #   MLDIST_SLURM_PORT         slurmctld port; slurmd use PORT+10000+i [6917]
 #   MLDIST_SLURM_CPUS         CPUs advertised per node             [2]
 #   MLDIST_SLURM_CRED_EXPIRE  AuthInfo cred_expire (s); a requeued job waits about this
@@ -37,7 +37,7 @@ readonly MARK="# mldist-slurm-cluster"   # tags the /etc/hosts lines we add
 readonly ETC_LINK="/etc/slurm/slurm.conf"
 
 D="${MLDIST_SLURM_DIR:-/tmp/mldist-slurm}"
-NODES="${MLDIST_SLURM_NODES:-3}"
+NODES="${MLDIST_SLURM_NODES:-4}"
 PORT="${MLDIST_SLURM_PORT:-6917}"
 CPUS="${MLDIST_SLURM_CPUS:-2}"
 CRED_EXPIRE="${MLDIST_SLURM_CRED_EXPIRE:-5}"

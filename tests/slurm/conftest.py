@@ -2,7 +2,7 @@
 
 The cluster comes from scripts/slurm-cluster.sh. Without root these tests skip
 with the reason; with CI=true a cluster that cannot start is a failure. The
-helpers are fixtures (``_submit``, ``wait_for``) that return functions: a test
+helpers are fixtures (``_submit``, ``wait_for``, ``sbatch``) that return functions: a test
 folder's conftest.py cannot be imported by name (every folder has one).
 """
 
@@ -12,6 +12,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +67,23 @@ def wait_for_state(env: dict[str, str], job: str, states: set[str], timeout: flo
     raise AssertionError(f"job {job} never reached {states}: last status {line!r} (Slurm: {slurm_state(env, job)!r})")
 
 
+def sbatch_and_wait(env: dict[str, str], script: Path, out: Path, timeout: float = 300) -> tuple[str, str]:
+    """``sbatch SCRIPT``, then wait for the job's end: its final JobState and the text of ``out`` (its -o file).
+
+    Not ``sbatch --wait``: that asks the controller 2, 10, 42, 74, ... s after the submission (Slurm's
+    ``_job_wait`` sleeps 2 s, then 8, then 32 while MinJobAge allows), so a job of 15 s returned after 42.
+    ``scontrol`` (a C program) is asked every half second instead.
+    """
+    res = subprocess.run(["sbatch", "--parsable", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while (state := slurm_state(env, job)) not in FINAL:
+        assert time.monotonic() < deadline, f"job {job} still {state!r} after {timeout} s"
+        time.sleep(0.5)
+    return state, out.read_text() if out.exists() else ""
+
+
 @pytest.fixture(name="_submit")
 def submit_fixture() -> Callable[..., str]:
     """:func:`submit_job`: ``_submit(slurm_env, *submit_args)`` gives the job id."""
@@ -76,3 +94,9 @@ def submit_fixture() -> Callable[..., str]:
 def wait_for_fixture() -> Callable[..., str]:
     """:func:`wait_for_state`: ``wait_for(slurm_env, job, {"COMPLETED", ...}, timeout=300)``."""
     return wait_for_state
+
+
+@pytest.fixture(name="sbatch")
+def sbatch_fixture() -> Callable[..., tuple[str, str]]:
+    """:func:`sbatch_and_wait`: ``state, text = sbatch(slurm_env, script, out)`` once the job has ended."""
+    return sbatch_and_wait
