@@ -149,7 +149,21 @@ def test_mldist_run_inside_an_allocation_spreads_over_its_nodes(
 ) -> None:
     """salloc -N 2 and an sbatch script: `mldist run` starts its ranks over both nodes through srun."""
     py, run = ROOT / ".venv" / "bin" / "python", ROOT / ".venv" / "bin" / "mldist"
-    salloc = ["salloc", "-N", "2", "--ntasks-per-node=1", str(run), "run", "-n", "2", "--run-dir", str(tmp_path / "r")]
+    # -w: the node names below are asserted (the cluster has 4 nodes; others may be free first)
+    salloc = [
+        "salloc",
+        "-N",
+        "2",
+        "-w",
+        "node1,node2",
+        "--ntasks-per-node=1",
+        str(run),
+        "run",
+        "-n",
+        "2",
+        "--run-dir",
+        str(tmp_path / "r"),
+    ]
     res = subprocess.run([*salloc, "--", str(py), "-c", PROBE], env=slurm_env, capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
@@ -167,7 +181,7 @@ def test_mldist_run_inside_an_allocation_spreads_over_its_nodes(
     # In a batch script: -n defaults to the job's tasks; more is refused in one line; --local stays here.
     out, script = tmp_path / "out.txt", tmp_path / "job.sh"
     script.write_text(
-        f"#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node=1 -o {out}\n"
+        f"#!/bin/bash\n#SBATCH -N 2 -w node1,node2 --ntasks-per-node=1 -o {out}\n"
         f'{run} run --no-run-dir -- {py} -c "{PROBE}"\necho EXIT $?\n'
         f"{run} run -n 3 --no-run-dir -- true\necho REFUSED $?\n"
         f'{run} run --local -n 2 --no-run-dir -- {py} -c "{PROBE}" | sed s/RANK/LOCAL/\n'

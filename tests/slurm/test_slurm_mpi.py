@@ -38,7 +38,8 @@ def test_one_mpi_world_spans_both_nodes_over_tcp(slurm_env: dict[str, str]) -> N
     res = check(srun(slurm_env, PY, str(WORKERS / "mpi_probe.py")))
     rows = results(res.stdout)
     assert [(r["rank"], r["size"], r["engine"]) for r in rows] == [(0, 2, "mpi"), (1, 2, "mpi")], tail(res)
-    assert [r["node"] for r in rows] == ["node1", "node2"], rows
+    nodes = [r["node"] for r in rows]  # whichever two of the cluster's nodes Slurm picked: one rank on each
+    assert len(set(nodes)) == 2 and all(re.fullmatch(r"node[0-9]+", n) for n in nodes), rows
     assert [r["sum"] for r in rows] == [3.0, 3.0], rows  # 1 + 2 on both ranks
     assert _connected(rows[0], rows[1]), f"no TCP connection between the ranks: {rows}"
 
@@ -79,7 +80,7 @@ def test_keras_on_jax_across_two_nodes_matches_one_process(slurm_env: dict[str, 
 #: as sys.exit does (mldist's hooks, a nonzero code): it is runtime/test_leave.py's.
 LEAVES = {
     "sysexit": r"\(rank 1\): exited with code 3 \(sys\.exit\)",
-    "kill": r"node2: task 1: Killed",
+    "kill": r"node[0-9]+: task 1: Killed",  # the second of the two nodes Slurm picked (4 in the cluster)
     "exit0": r"rank 1 has finished \(exit code 0\)",
 }
 
