@@ -14,7 +14,8 @@ failure too. Needs root (namespaces, tc).
 
 Per model (models.py: the example CNN at batch 64 on 28x28x1; MobileNetV2, weights=None, batch 32
 on 64x64x3) and rate, 1 worker per host, 1 thread per worker, each worker pinned to its own core
-(rank r to CPU r: the two "hosts" share this machine's cores), interleaved rounds (medians):
+(rank r to CPU r: the two "hosts" share this machine's cores), interleaved rounds (medians); a
+run's figure is its slower rank's images/s, the pace a synchronous job moves at:
 
   compute     `mldist run -H hx1:1,hx2:1` of bench_worker.py's ``compute`` mode: the same processes,
               callbacks and hosts with the all-reduce replaced by an identity (a plain optimizer;
@@ -38,11 +39,12 @@ XLA compiles the step whole: its CPU pipeline merges every gradient's all-reduce
 step's own thread, so on CPUs the transfer adds to the step; JAX's rows are printed over JAX's
 compute alone and, with ``none`` among the rates, over JAX unshaped.
 
-The overlap bound, per model and rate, as images/s: batch / (max(compute, transfer) + first),
+The overlap bound, per model and rate, as images/s: batch / max(compute + first, transfer),
 where compute is the compute run's step time, transfer = W x 8 / rate with W the bytes each host
 sends per step for one float32 all-reduce of the gradient, and first = the same for the bucket that
 holds the first layers' gradients (mldist's plan_buckets at its default bucket size, backprop
-order): it is produced last, so its transfer cannot overlap backprop. Open MPI's all-reduce of n
+order): it is produced last, so its transfer follows all compute, and the link cannot carry the
+whole transfer faster than its rate. Open MPI's all-reduce of n
 bytes on 2 ranks (ring or Rabenseifner: a reduce-scatter of halves, then an allgather of halves)
 sends n/2 + n/2 = n bytes each way per host; W is measured on the wire (eth0's sent bytes over
 the timed steps of the prototype, TCP/IP headers included), and printed beside n. Unshaped,
@@ -260,8 +262,13 @@ class Wire:
 
 
 def images_per_second(rows: list[dict[str, object]]) -> float:
-    """Mean images/s per worker of one run's rows (bench_worker's and hvd_worker's keys)."""
-    return statistics.mean(float(r.get("images_per_second", r.get("img_per_sec", 0.0))) for r in rows)  # type: ignore[arg-type]
+    """The slowest rank's images/s of one run's rows (bench_worker's and hvd_worker's keys).
+
+    A synchronous job moves at its slowest worker's pace, so that is what compute alone (ranks
+    that never wait for each other) can promise it: unsynchronized, the two pinned ranks here
+    differed by up to 10 %. In a synchronous run the ranks' figures agree to 0.1 %.
+    """
+    return min(float(r.get("images_per_second", r.get("img_per_sec", 0.0))) for r in rows)  # type: ignore[arg-type]
 
 
 def measure(
@@ -310,14 +317,19 @@ def first_bucket_bytes(variable_bytes: list[int], bucket_bytes: int = DEFAULT_BU
 
 
 def bound_ips(batch: int, compute_ips: float, wire_bytes: float, first_bytes: float, bps: float) -> float:
-    """Images/s of the overlap bound: batch / (max(compute, transfer) + the first layers' bucket's transfer).
+    """Images/s of the overlap bound: batch / max(compute + the first layers' bucket's transfer, transfer).
+
+    That bucket is made when backprop ends, so its transfer follows all compute; the link carries
+    every byte at most at its rate, so a step takes at least the whole transfer.
 
     Example:
         >>> round(bound_ips(32, 100.0, 1.25e6, 0.125e6, 1e8), 1)  # compute 0.32 s; transfer 0.1 s; first 0.01 s
         97.0
+        >>> round(bound_ips(64, 1e4, 1.4e6, 1.4e6, 1e9), 1)  # one bucket: compute 6.4 ms + its 11.2 ms
+        3636.4
     """
     compute = batch / compute_ips
-    return batch / (max(compute, wire_bytes * 8 / bps) + first_bytes * 8 / bps)
+    return batch / max(compute + first_bytes * 8 / bps, wire_bytes * 8 / bps)
 
 
 def report_jax(med: dict[str, dict[str, dict[str, float]]]) -> dict[str, object]:
