@@ -347,6 +347,9 @@ def test_an_elastic_job_loses_a_killed_and_a_frozen_node_and_completes_without_r
         print(f"node3 frozen to the first step on 2 nodes: {time.monotonic() - frozen:.1f} s")
         _set_down(slurm_env, "node3")
         status = wait_for(slurm_env, job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=240)
+        # Each rank's last line when the job ended: node3's step, killed and revived below, may still add
+        # its dying words (Open MPI's banner) to rank-2.log after the job, when `logs -f` has returned.
+        lasts = [_text(out / f"rank-{rank}.log").rstrip("\n").rsplit("\n", 1)[-1] for rank in range(4)]
     finally:
         # SIGKILL ends node3's stopped processes where they stand (a thaw first would let its rank write to its
         # log after the job ended); then both nodes back, side by side.
@@ -383,8 +386,7 @@ def test_an_elastic_job_loses_a_killed_and_a_frozen_node_and_completes_without_r
     final = mldist(["status", job], env=slurm_env).stdout
     assert re.search(r" COMPLETED .* epoch 6/6 step 6/6, [0-9,]+ samples/s, loss [0-9.e-]+, .* finished", final), final
     # `mldist logs -f` returned once the job ended, with every rank's last line.
-    for rank in (0, 1, 2, 3):
-        last = _text(out / f"rank-{rank}.log").rstrip("\n").rsplit("\n", 1)[-1]
+    for rank, last in enumerate(lasts):
         assert f"[{rank}] {last}" in followed, (rank, last, followed[-2000:])
     assert follow.returncode == 0 and "job step ended with exit code 0" in followed, followed[-2000:]
 
