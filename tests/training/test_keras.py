@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 import mldist.runtime
+from helpers import check, clean_env, results, run_py
 from mldist.errors import ConfigError
 from mldist.keras import LearningRateWarmup, scale_lr
 from mldist.keras.callbacks import WarmupSchedule
@@ -80,3 +82,27 @@ def test_a_target_rate_with_a_schedule_is_refused_naming_both(monkeypatch: pytes
     opt = keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 2, 0.5))
     with pytest.raises(ConfigError, match=r"target_lr=0.3\) with a learning-rate schedule.*leave target_lr out"):
         _fit_recording_rates(monkeypatch, opt, LearningRateWarmup(warmup_steps=4, target_lr=0.3))
+
+
+ODD_REDUCTION = str(Path(__file__).resolve().parents[1] / "workers" / "odd_reduction.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_odd_bucket_sizes_and_a_compression_on_jax_are_refused_where_they_are_given(backend: str) -> None:
+    """``bucket_bytes`` of the wrong type or size is refused at construction, not at the first step of a
+    2-worker fit; on JAX, where Keras averages in its compiled step, a compression is refused, not ignored."""
+    rows = results(check(run_py(ODD_REDUCTION, env=clean_env(KERAS_BACKEND=backend))).stdout)
+    users = {"optimizer", "allreduce"} | ({"tape"} if backend == "tensorflow" else set())
+    assert {r["user"] for r in rows} == users
+    for row in rows:
+        what = f"{row['user']} {row['case']}"
+        if row["case"] == "bucket_bytes=1024" or (row["case"].startswith("compression") and backend == "tensorflow"):
+            assert row["error"] is None, what
+        elif row["case"].startswith("compression"):
+            assert row["error"] == "UnsupportedError", what
+            assert row["says"].startswith(f"{row['case']} cannot apply on KERAS_BACKEND=jax"), row["says"]
+            assert "drop compression=" in row["says"]
+        else:
+            assert row["error"] == "ConfigError", what
+            assert row["says"].startswith(f"{row['case']} is not a size in bytes: give a whole number"), row["says"]

@@ -19,7 +19,7 @@ from typing import Any
 from .. import runtime
 from ..errors import ConfigError
 from ..runtime import compat, worker
-from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_compression
+from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_reduction
 from ..runtime.gradients import average_gradients
 
 
@@ -100,8 +100,9 @@ def DistributedOptimizer(
 
     Args:
         optimizer: any Keras optimizer instance (not yet used).
-        bucket_bytes: capacity of one fused collective.
-        compression: None, or "fp16" or "bf16" to halve the bytes sent.
+        bucket_bytes: capacity of one fused collective, a whole number of bytes (checked here).
+        compression: None, or "fp16" or "bf16" to halve the bytes sent (TensorFlow backend only:
+            on JAX, Keras averages in its compiled step, and a compression is refused in one line).
 
     Example::
 
@@ -110,7 +111,7 @@ def DistributedOptimizer(
     from .callbacks import quiet_unless_chief
 
     ctx = runtime.init()
-    check_compression(compression)
+    check_reduction(bucket_bytes, compression, ctx.decision.traits.averages_in_step)
     if ctx.decision.traits.averages_in_step:
         return _on_jax(optimizer, ctx.size)
     worker.warn_idle_gpus()

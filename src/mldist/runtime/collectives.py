@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import numbers
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,9 +100,63 @@ def check_compression(compression: str | None) -> None:
         )
 
 
-def _check(op: str, compression: str | None) -> None:
+def check_bucket_bytes(bucket_bytes: object) -> int:
+    """``bucket_bytes`` when it is a whole number of bytes, at least 1; else a ConfigError naming it.
+
+    Checked where it is given (the optimizer, the tape, ``allreduce``), not at the first step of a
+    ``fit`` on 2 workers: a bad value there is a traceback from inside TensorFlow's tracing.
+
+    Example:
+        >>> check_bucket_bytes(1 << 20)
+        1048576
+        >>> check_bucket_bytes("abc")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: bucket_bytes='abc' is not a size in bytes: give a whole number of at least 1 ...
+    """
+    if isinstance(bucket_bytes, numbers.Integral) and not isinstance(bucket_bytes, bool) and bucket_bytes >= 1:
+        return int(bucket_bytes)
+    raise ConfigError(
+        f"bucket_bytes={bucket_bytes!r} is not a size in bytes: give a whole number of at least 1 "
+        f"(the default is {DEFAULT_BUCKET_BYTES}, 4 MiB), or leave it out"
+    )
+
+
+#: Why 16-bit gradients cannot be had where Keras averages inside its compiled step (JAX).
+COMPRESSION_ON_JAX = (
+    "compression={compression!r} cannot apply on KERAS_BACKEND=jax: {why}; drop compression= there "
+    "(on KERAS_BACKEND=tensorflow it sends 16-bit gradients)"
+)
+
+
+def check_reduction(bucket_bytes: object, compression: str | None, averages_in_step: bool) -> None:
+    """Refuse, in one line, a bucket size or a compression that this run could not use.
+
+    Args:
+        bucket_bytes: the capacity of one fused collective.
+        compression: None, "fp16" or "bf16".
+        averages_in_step: whether the engine averages inside the framework's compiled step
+            (``ctx.decision.traits.averages_in_step``: Keras on JAX), where nothing of ours
+            touches the gradients, so a compression would do nothing and say nothing.
+
+    Example:
+        >>> check_reduction(4096, "bf16", averages_in_step=False)
+        >>> check_reduction(4096, "bf16", averages_in_step=True)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        mldist.errors.UnsupportedError: compression='bf16' cannot apply on KERAS_BACKEND=jax: ...
+    """
+    check_bucket_bytes(bucket_bytes)
+    check_compression(compression)
+    if compression is not None and averages_in_step:
+        why = "Keras averages the gradients inside its compiled step there, in XLA, in their own dtype"
+        raise UnsupportedError(COMPRESSION_ON_JAX.format(compression=compression, why=why))
+
+
+def _check(op: str, bucket_bytes: object, compression: str | None) -> None:
     if op not in OPS:
         raise ConfigError(f"op={op!r} is not one of {', '.join(OPS)}")
+    check_bucket_bytes(bucket_bytes)
     check_compression(compression)
 
 
@@ -294,9 +349,12 @@ def allreduce(
         mean_grads = mldist.allreduce(grads)               # fused, averaged
         total = mldist.allreduce(tf.constant(n), op="sum")
     """
-    _check(op, compression)
+    _check(op, bucket_bytes, compression)
     n, _ = world()
     if not runtime.init().decision.traits.runs_tensorflow:
+        if compression is not None:  # the host engine sends numpy arrays as they are: no 16-bit wire there
+            why = "values travel between the hosts as numpy arrays in their own dtype there"
+            raise UnsupportedError(COMPRESSION_ON_JAX.format(compression=compression, why=why))
         return _host(tensors, _host_reduce(op, n))
     tf = _tf()
     structure, flat = _as_tensors(tensors)

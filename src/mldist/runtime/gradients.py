@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import ConfigError, UnsupportedError
 from . import compat
 from . import worker as runtime
-from .collectives import DEFAULT_BUCKET_BYTES, allreduce, check_compression
+from .collectives import DEFAULT_BUCKET_BYTES, allreduce, check_reduction
 from .engine import running
 
 XLA_CPU_FIX = (
@@ -89,7 +89,7 @@ class DistributedGradientTape:
 
     def __init__(self, tape: Any, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, compression: str | None = None) -> None:
         _check_not_jax("DistributedGradientTape")
-        check_compression(compression)
+        check_reduction(bucket_bytes, compression, averages_in_step=False)
         runtime.warn_idle_gpus()
         self._tape = tape
         self._bucket_bytes = bucket_bytes
