@@ -80,3 +80,37 @@ def test_a_half_formed_group_ends_in_time_with_one_line(
     # One line, said by the rank that saw the other: rank 1 at its exit, or rank 0 as it began to join.
     assert len(lines) == 1 and lines[0].startswith(speaker) and line_of(join).search(lines[0]), res.stderr[-3000:]
     assert "never formed a group" not in res.stderr and "never joined the group" not in res.stderr
+
+
+def test_a_rank_that_failed_before_joining_is_named_as_failed_not_as_a_script_without_a_join(tmp_path: Path) -> None:
+    """Two ranks as a launcher that stops no one starts them (srun without --kill-on-bad-exit): rank 1's script
+    raises before its ``mldist.init()``, then rank 0 joins and stops at once, saying that rank 1 failed; it
+    did not leave out the join, which the line for a script without one would tell the user to add."""
+    env = clean_env(
+        MLDIST_SIZE="2",
+        MLDIST_WORKERS="localhost:1,localhost:2",
+        MLDIST_RUN_ID="failed-before",
+        MLDIST_PROGRESS_DIR=str(tmp_path),
+    )
+    env["PYTHONPATH"] = f"{hook_folder()}:{env['PYTHONPATH']}"
+    broke = subprocess.run(
+        [PY, "-c", "raise RuntimeError('rank 1 broke before its join')"],
+        capture_output=True,
+        text=True,
+        env={**env, "MLDIST_RANK": "1"},
+        timeout=60,
+    )
+    assert broke.returncode == 1 and "rank 1 broke before its join" in broke.stderr, broke.stderr[-2000:]
+    assert (tmp_path / "group-1").read_text().splitlines()[0] == "failed"
+    script = tmp_path / "train.py"
+    script.write_text("import mldist\n\nmldist.init()\nprint('UNREACHABLE')\n")
+    res = subprocess.run(
+        [PY, str(script)], capture_output=True, text=True, env={**env, "MLDIST_RANK": "0"}, timeout=120
+    )
+    assert res.returncode == 2 and "UNREACHABLE" not in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
+    (said,) = [line for line in res.stderr.splitlines() if line.startswith("mldist: error")]
+    assert said == (
+        "mldist: error: rank 1 ended on an error before it joined the group (the rank's own error line says "
+        f"which); rank 0 waits for it in start-up ({script}:3): the group cannot form, so it stops"
+    )
+    assert "Traceback" not in res.stderr

@@ -135,3 +135,21 @@ def test_the_jax_guide_under_a_pbs_pals_job_and_a_cobalt_aprun_job(tmp_path: Pat
     ]
     for rank, out in enumerate(_run_ranks(aprun)):
         assert guide_lines(out, rank, prefix=False)[-2:] == [f"{rank} 2 2", "[2.]"], out[-2000:]
+
+
+@pytest.mark.slow
+def test_a_jax_count_in_other_digits_is_one_line_per_rank_under_mldist_run(tmp_path: Path) -> None:
+    """``JAX_NUM_PROCESSES=²`` (a digit to ``str.isdigit``, not to ``int``): each rank that speaks says the
+    value in one line, with no traceback and no line that blames a missing join."""
+    script = tmp_path / "train.py"
+    script.write_text("import mldist\n\nmldist.init()\nprint('UNREACHABLE')\n")
+    env = clean_env(KERAS_BACKEND="jax", JAX_NUM_PROCESSES="\u00b2")
+    res = mldist(["run", "-n", "2", "--no-run-dir", "--", PY, str(script)], env=env)
+    assert res.returncode != 0 and "UNREACHABLE" not in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
+    said = [line for line in res.stderr.splitlines() if re.match(r"\[[01]\] ", line)]
+    value = (
+        "mldist: error: JAX_NUM_PROCESSES='\u00b2' is not a whole number: unset it, or set it to this worker's value"
+    )
+    failed = "mldist: error: rank 1 ended on an error before it joined the group"
+    assert said and all(line[4:] == value or line[4:].startswith(failed) for line in said), res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and "without joining" not in res.stderr

@@ -34,6 +34,9 @@ from . import envvalues, progress
 from .files import atomic_write
 
 ALONE = "alone"
+#: The note of a rank that did not join because an uncaught error ended it (its own line says which): not
+#: a script that never joins, so the ranks that wait for it are told that, not "no mldist.init()".
+FAILED = "failed"
 #: The variable (or ``mldist run --require-group``) that makes a group never formed an error.
 REQUIRE_ENV = envvalues.REQUIRE_GROUP.name
 #: The start-up hook stays out of a worker when this is a no ("0", "no", "false").
@@ -170,9 +173,10 @@ def _ranks(ranks: Sequence[int]) -> str:
 LISTED = 4
 
 
-def half_formed(alone: Sequence[int], waits: Mapping[int, str]) -> str:
-    """The line when ranks ``alone`` finished without joining while ranks ``waits`` (rank -> where it waits:
-    ``start-up (train.py:12)``, a collective) wait for them.
+def half_formed(alone: Sequence[int], waits: Mapping[int, str], failed: Sequence[int] = ()) -> str:
+    """The line when ranks ``alone`` finished without joining, or ranks ``failed`` ended on an error before
+    they joined, while ranks ``waits`` (rank -> where it waits: ``start-up (train.py:12)``, a collective)
+    wait for them.
 
     Example:
         >>> said = half_formed([1], {0: "start-up (train.py:12)"}).split("; ")
@@ -180,19 +184,31 @@ def half_formed(alone: Sequence[int], waits: Mapping[int, str]) -> str:
         ('rank 1 exited without joining the group', 'rank 0 waits for it in start-up (train.py:12):')
         >>> half_formed([1, 3], {0: "start-up (t.py:2)", 2: "start-up (t.py:2)"}).split("; ")[1][:48]
         'ranks 0, 2 wait for them in start-up (t.py:2): e'
+        >>> half_formed([], {0: "start-up (t.py:2)"}, failed=[1])
+        "rank 1 ended on an error before it joined the group (the rank's own error line says which); rank 0 \
+waits for it in start-up (t.py:2): the group cannot form, so it stops"
     """
     by_place: dict[str, list[int]] = {}
     for rank, place in sorted(waits.items()):
         by_place.setdefault(place, []).append(rank)
-    them = "them" if len(alone) > 1 else "it"
+    them = "them" if len(alone) + len(failed) > 1 else "it"
     places = [
         f"{_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} for {them} in {place}"
         for place, ranks in list(by_place.items())[:LISTED]
     ]
-    return (
-        f"{_ranks(sorted(alone))} exited without joining the group (no {_WAYS}); {'; '.join(places)}: "
+    left = [f"{_ranks(sorted(alone))} exited without joining the group (no {_WAYS})"] if alone else []
+    if failed:
+        whose = "the rank's own error line" if len(failed) == 1 else "each rank's own error line"
+        left.append(
+            f"{_ranks(sorted(failed))} ended on an error before {'it' if len(failed) == 1 else 'they'} "
+            f"joined the group ({whose} says which)"
+        )
+    advice = (
         "every rank must join (no join behind a condition that differs by rank, or after an early exit)"
+        if alone
+        else f"the group cannot form, so {'it stops' if len(waits) == 1 else 'they stop'}"
     )
+    return f"{'; '.join([*left, *places])}: {advice}"
 
 
 def clear(where: Path) -> None:

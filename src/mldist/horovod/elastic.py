@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import envvalues, rejoin
+from ..base.envparse import whole
 from ..base.files import atomic_write
 from ..checkpoint import commits
 from ..errors import REFORM_CODE
@@ -84,7 +85,7 @@ def restarted(env: dict[str, str] | None = None) -> bool:
     """
     env = dict(os.environ) if env is None else env
     slurm = env.get("SLURM_RESTART_COUNT", "")
-    return envvalues.RESTART.read(env) > 0 or (slurm.isdigit() and int(slurm) > 0)
+    return envvalues.RESTART.read(env) > 0 or (whole(1)(slurm) is not None)
 
 
 _RUNS = [0]  # elastic.run calls in this process: each has its own commit file

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..base.envparse import whole
 from .hostlist import expand_hostlist
 
 
@@ -61,7 +62,7 @@ def allocation(env: Mapping[str, str]) -> Allocation | None:
         listed = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
         tasks = env.get("SLURM_NTASKS", "")
         nodes = tuple(expand_hostlist(listed)) if listed else ()
-        return Allocation("slurm", env["SLURM_JOB_ID"], nodes, int(tasks) if tasks.isdigit() else None)
+        return Allocation("slurm", env["SLURM_JOB_ID"], nodes, whole(1)(tasks))
     # Slurm exports PBS_JOBID too (its PBS compatibility), never PBS_NODEFILE: that is PBS's own.
     if env.get("PBS_JOBID") and env.get("PBS_NODEFILE"):
         return Allocation("pbs", env["PBS_JOBID"], nodefile=env["PBS_NODEFILE"])

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..base import envvalues
+from ..base.envparse import whole
 from ..errors import ConfigError, DetectionError
 from .detect import Placement
 
@@ -93,7 +94,7 @@ def assign_ports(job_key: str, size: int, base: int) -> list[int]:
         raise ConfigError(f"{size} workers need more than {PORT_SPAN} ports; set MLDIST_WORKERS")
     slots = PORT_SPAN // block
     parts = job_key.split(".")
-    if job_key and all(p.isdigit() for p in parts[:2]):
+    if job_key and all(whole(0)(p) is not None for p in parts[:2]):
         # Numeric ids: adjacent jobs and steps land in adjacent blocks.
         key = int(parts[0]) * 8 + (int(parts[1]) % 8 if len(parts) > 1 else 0)
     else:
@@ -147,6 +148,6 @@ def build_cluster_spec(placement: Placement, env: Mapping[str, str], discover: D
         workers = tuple(f"{h}:{port}" for h, port in zip(hosts, ports, strict=True))
     for w in workers:
         host, _, port = w.rpartition(":")
-        if not host or not port.isdigit():
+        if not host or whole(1, 65535)(port) is None:
             raise ConfigError(f"worker address {w!r} is not host:port")
     return ClusterSpec(p.rank, p.size, p.local_rank, p.local_size, workers, p.launcher)

@@ -114,7 +114,7 @@ def check_bucket_bytes(bucket_bytes: object) -> int:
         ...
         mldist.errors.ConfigError: bucket_bytes='abc' is not a size in bytes: give a whole number of at least 1 ...
     """
-    if isinstance(bucket_bytes, numbers.Integral) and not isinstance(bucket_bytes, bool) and bucket_bytes >= 1:
+    if isinstance(bucket_bytes, numbers.Integral) and not isinstance(bucket_bytes, bool) and int(bucket_bytes) >= 1:
         return int(bucket_bytes)
     raise ConfigError(
         f"bucket_bytes={bucket_bytes!r} is not a size in bytes: give a whole number of at least 1 "

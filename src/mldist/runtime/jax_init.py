@@ -24,6 +24,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..base.envparse import whole
 from ..errors import ConfigError
 from . import jax_engine
 
@@ -43,9 +44,10 @@ def _read(env: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, int] | N
         raw = env.get(name)
         if raw is None or raw == "":
             continue
-        if not raw.strip().isdigit():
+        number = whole(0)(raw.strip())  # ASCII digits only: '²'.isdigit() is true, int('²') fails
+        if number is None:
             raise ConfigError(f"{name}={raw!r} is not a whole number: unset it, or set it to this worker's value")
-        return name, int(raw)
+        return name, number
     return None
 
 
@@ -55,6 +57,10 @@ def world(env: Mapping[str, str]) -> tuple[int, int] | None:
     Example:
         >>> world({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}), world({"JAX_PROCESS_INDEX": "0"})
         ((1, 2), None)
+        >>> world({"JAX_NUM_PROCESSES": "\u00b2", "JAX_PROCESS_ID": "0"})
+        Traceback (most recent call last):
+        ...
+        mldist.errors.ConfigError: JAX_NUM_PROCESSES='²' is not a whole number: unset it, ...
         >>> world({"JAX_PROCESS_COUNT": "2", "JAX_PROCESS_ID": "2"})
         Traceback (most recent call last):
         ...

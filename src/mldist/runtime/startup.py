@@ -151,13 +151,15 @@ def joining(environ: Mapping[str, str], rank: int) -> None:
         return
     site = _site()
     joined.mark(where, rank, launch, site)  # first the mark, then the look: a rank finishing alone does the opposite
-    alone = sorted(r for r, how in joined.read(where, launch).items() if how == joined.ALONE and r != rank)
-    if alone:
+    notes = {r: how for r, how in joined.read(where, launch).items() if r != rank}
+    alone = sorted(r for r, how in notes.items() if how == joined.ALONE)
+    failed = sorted(r for r, how in notes.items() if how == joined.FAILED)
+    if alone or failed:
         from . import leave
 
         joined.unmark(where, rank)
         _Said.done = True
-        leave.tell(leave.error_line(joined.half_formed(alone, {rank: f"start-up ({site})"})), environ)
+        leave.tell(leave.error_line(joined.half_formed(alone, {rank: f"start-up ({site})"}, failed)), environ)
         raise SystemExit(2)
 
 
@@ -208,6 +210,8 @@ def _half_formed_at_exit(where: Path, rank: int, launch: str) -> None:
 def _note(where: Path, rank: int, launch: str = "") -> None:
     with contextlib.suppress(Exception):  # at exit, with the libraries half torn down: never a traceback of ours
         how = how_joined()
+        if how == joined.ALONE and getattr(sys, "last_value", None) is not None:
+            how = joined.FAILED  # an uncaught error ended it (Python keeps it there for exit handlers)
         joined.write(where, rank, how, launch)
         if how == joined.ALONE and launch:
             _half_formed_at_exit(where, rank, launch)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..._version import __version__
+from ...base.envparse import whole
 from ...base.files import make_dirs, replace_durably
 from ...errors import ConfigError, MldistError
 from .cache import expected_hashes, record_sha256, recorded_sha256, sha256_of
@@ -134,7 +135,8 @@ def _total(response: Any, start: int) -> int | None:
     if found:
         return int(found.group(1))
     length = response.headers.get("Content-Length")
-    return start + int(length) if length and length.isdigit() else None
+    size = whole(0)(length.strip()) if length else None
+    return None if size is None else start + size
 
 
 def download(url: str, part: Path, timeout: float = 60.0, stream: IO[str] | None = sys.stderr) -> None:

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 from ...base import joined
+from ...base.envparse import whole
 
 
 def main(argv: list[str]) -> int:
     """Say the line for the notes in ``argv[0]`` of a job of ``argv[1]`` ranks; 1 if it is an error."""
-    if len(argv) != 2 or not argv[1].isdigit():
+    if len(argv) != 2 or whole(0)(argv[1]) is None:
         print("usage: python -m mldist.launch.batch.formed PROGRESS_DIR RANKS", file=sys.stderr)
         return 2
     line = joined.line(joined.read(Path(argv[0])), int(argv[1]))
