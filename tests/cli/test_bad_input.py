@@ -35,6 +35,21 @@ CASES: list[tuple[str, list[str], str]] = [
     ("run-grace-nan", [*RUN, "--grace", "nan", "--", "true"], "not a finite number"),
     ("run-failure-grace-inf", [*RUN, "--failure-grace", "inf", "--", "true"], "not a finite number"),
     ("run-grace-a-year", [*RUN, "--grace", "31536000", "--", "true"], "more than a week"),
+    (
+        "run-interface-on-this-host",
+        ["run", "-H", "localhost:2", "--network-interface", "eth0", "--", "true"],
+        "but -H localhost:2 names only this host, whose workers talk over loopback: drop --network-interface",
+    ),
+    (
+        "run-interface-hostfile-of-this-host",
+        ["run", "--hostfile", "{tmp}/hosts-here", "--network-interface", "eth0", "--", "true"],
+        "names only this host, whose workers talk over loopback",
+    ),
+    (
+        "run-interface-malformed",
+        ["run", "-H", "hx1:1,hx2:1", "--network-interface", "e t", "--", "true"],
+        "'e t' is not an interface or address/CIDR",
+    ),
     ("run-n-underscore", ["run", "-n", "1_0", "--", "true"], "not a whole number"),
     ("run-n-fullwidth", ["run", "-n", "２", "--", "true"], "not a whole number"),
     ("run-n-huge", ["run", "-n", "99999", "--", "true"], "more than 4096"),
@@ -170,6 +185,7 @@ def workdir(tmp_path: Path) -> Path:
     """A directory with a site file of wrongly typed profiles and a record of a 2-rank job."""
     (tmp_path / "mldist-sites.toml").write_text('[sites.bad-nodes]\nscheduler = "slurm"\nnodes = "two"\n')
     (tmp_path / "a-file").write_text("not a directory\n")
+    (tmp_path / "hosts-here").write_text("localhost slots=2\n")
     jobs = tmp_path / "state" / "jobs"
     jobs.mkdir(parents=True)
     record = {

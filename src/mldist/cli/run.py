@@ -222,6 +222,14 @@ def _placement(args: argparse.Namespace) -> tuple[int, tuple[tuple[str, int], ..
     if hosts and all(host in this_host() for host, _ in hosts):
         if nprocs is not None and nprocs != slots:
             raise ConfigError(f"-np {nprocs} but -H gives {slots} slots on this host; make them agree")
+        if args.network_interface is not None:
+            named = ",".join(f"{host}:{n}" for host, n in hosts)
+            given = f"--hostfile {args.hostfile} ({named})" if args.hostfile else f"-H {named}"
+            raise ConfigError(
+                f"--network-interface {args.network_interface!r} chooses the network between hosts, but {given} "
+                "names only this host, whose workers talk over loopback: drop --network-interface, or name the "
+                "other hosts"
+            )
         return slots, (), None
     if not hosts and not args.local and (found := allocation(os.environ)) is not None:
         return _in_allocation(found, nprocs)

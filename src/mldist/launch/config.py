@@ -203,10 +203,15 @@ class RunConfig:
                 "--network private keeps workers on this host's loopback; with other hosts they must reach each "
                 "other: drop --network private (--network-interface names the network between the hosts)"
             )
-        if self.network_interface is not None and not (self.hosts and INTERFACE.fullmatch(self.network_interface)):
+        if self.network_interface is not None and not self.hosts:
             raise ConfigError(
-                f"--network-interface {self.network_interface!r}: give an interface or address/CIDR "
-                "(e.g. ib0 or 10.1.0.0/16), with -H or --hostfile"
+                f"--network-interface {self.network_interface!r} chooses the network between hosts, and this run "
+                "has no other host: drop it, or give the hosts with -H or --hostfile"
+            )
+        if self.network_interface is not None and not INTERFACE.fullmatch(self.network_interface):
+            raise ConfigError(
+                f"--network-interface {self.network_interface!r} is not an interface or address/CIDR: "
+                "give one such as ib0 or 10.1.0.0/16"
             )
 
     def check_backend(self, decision: Decision) -> None:
