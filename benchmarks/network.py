@@ -77,7 +77,7 @@ from types import FrameType
 from horovod_synthetic import STEPS as HVD_STEPS
 from throughput import ONE, PY, STEPS, WORKER, _env, _rows
 
-from mldist.runtime.collectives import DEFAULT_BUCKET_BYTES, plan_buckets
+from mldist.runtime.collectives import DEFAULT_BUCKET_BYTES, WIRE_DTYPES, plan_buckets
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -408,6 +408,8 @@ def main() -> None:
         fail(f"--models {args.models!r}: {unknown[0]!r} is not a model; use {','.join(STEPS)}")
     if args.rounds < 1:
         fail(f"--rounds {args.rounds}: give 1 or more")
+    if args.compression not in WIRE_DTYPES:  # before the hosts start: a typo must not cost a round of every run
+        fail(f"--compression {args.compression!r} is not a compression; use {' or '.join(WIRE_DTYPES)}")
     if "tf" in backends and args.horovod != "none" and not (Path(args.horovod) / "bin" / "mpirun").exists():
         fail(f"--horovod {args.horovod!r} has no bin/mpirun: build it (WORK=/tmp/hvd bash ../shared/recipes/"
              "horovod-0.28.1/build.sh), or --horovod none")  # fmt: skip
