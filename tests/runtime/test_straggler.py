@@ -150,3 +150,40 @@ def test_a_balanced_run_of_as_many_steps_gets_no_line(tmp_path: Path) -> None:
     stderr, run_dir = _run(tmp_path, "balanced", "-1", "0.2", STEPS, "0.22")
     assert "arrives last" not in stderr and not (run_dir / straggler_watch.FILE).exists(), stderr[-3000:]
     assert (run_dir / straggler_watch.PICTURE).read_bytes().startswith(b"\x89PNG")  # the picture all the same
+
+
+@pytest.mark.slow
+def test_a_slow_rank_in_a_fit_shorter_than_the_window_is_named_at_its_end(tmp_path: Path) -> None:
+    """The defaults (10 % in each third of 30 s) and a fit of about 8 s: the window never fills while the job
+    runs, so rank 0 names rank 1 at its exit, over the whole run."""
+    run_dir = tmp_path / "short"
+    env = clean_env(**USERS_GC)
+    argv = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKER), "1", "0.15", STEPS, "0.02"]
+    stderr = check(mldist(argv, env=env)).stderr
+    lines = [line for line in stderr.splitlines() if "arrives last" in line]
+    assert len(lines) == 1, stderr[-3000:]
+    assert lines[0].startswith("[0] mldist: over the whole run, shorter than MLDIST_STRAGGLER_SECONDS=30: rank 1 (")
+    cost = re.search(r"costing the others (\d+) ms a step \((\d+) %\)", lines[0])
+    assert cost and 90 <= int(cost.group(1)) <= 400 and int(cost.group(2)) >= 25, lines[0]
+    assert lines[0].endswith(f"it spends its time in tests/workers/straggler.py:{SLEEP_LINE} on_train_batch_begin")
+    kept = json.loads((run_dir / straggler_watch.FILE).read_text())
+    assert kept["rank"] == 1 and kept["at_end"] is True and kept["line"] in lines[0]
+
+
+def test_a_balanced_or_short_run_is_not_named_at_its_end() -> None:
+    hosts = {0: "n1", 1: "n2"}
+    balanced = straggler_watch.Tracker(2, 10, 30)
+    _feed(balanced, [{0: 0.01 * (t % 2), 1: 0.01 * ((t + 1) % 2)} for t in range(12)], hosts)
+    balanced._first_steps, balanced._last_steps, balanced._last_turn = 4, 48, 11.0
+    assert balanced.at_end(12.0) is None
+    once = straggler_watch.Tracker(2, 10, 30)  # rank 1 late once (start-up): one third at most
+    _feed(once, [{0: 2.0 if t == 1 else 0.0, 1: 0.0} for t in range(12)], hosts)
+    once._first_steps, once._last_steps, once._last_turn = 4, 48, 11.0
+    assert once.at_end(12.0) is None
+    slow = straggler_watch.Tracker(2, 10, 30)
+    _feed(slow, [{0: 0.1, 1: 0.0}] * 12, hosts)
+    slow._first_steps, slow._last_steps, slow._last_turn = 4, 48, 11.0
+    found = slow.at_end(12.0)
+    assert found is not None and found.rank == 1 and found.last_share == 1.0
+    slow._last_turn = 30.0  # the window filled while the job ran: the line was the live watch's to say
+    assert slow.at_end(31.0) is None

@@ -197,6 +197,60 @@ def find(
     window, thirds = [s for t, s in stamped if t >= now - seconds], _thirds(stamped, now - seconds, seconds)
     if not stamped or stamped[0][0] > now - seconds or not window or not all(thirds):
         return None
+    return _named(thirds, window, hosts, percent, seconds, steps, where)
+
+
+#: The fewest collectives a whole run must pair for :func:`find_in_run` to name a rank (a few per third).
+RUN_SAMPLES = 12
+
+
+def find_in_run(
+    samples: Sequence[Sample],
+    hosts: Mapping[int, str],
+    percent: float,
+    steps: float | None = None,
+    where: Mapping[int, str] | None = None,
+) -> Finding | None:
+    """At the end of a run shorter than the window: the rank (else the node) that arrived last at most of its
+    collectives and cost the others ``percent`` % of their time or more in each third of them, or None.
+
+    The thirds are the run's collectives in order, not seconds: a one-off delay fills one at most, as in
+    :func:`find`, however long the run stayed after its last collective.
+
+    Args:
+        samples: every collective the run paired, oldest first.
+        hosts: each rank's host.
+        percent: the threshold (``MLDIST_STRAGGLER_PERCENT``).
+        steps: the steps the run made (None or 0: unknown; the cost is then per second).
+        where: each rank's most frequent line outside collectives.
+
+    Example:
+        >>> slow = [sample(t, {0: (0.2, 0.25), 1: (0.0, 0.25)}, {0: "a", 1: "b"}) for t in range(24)]
+        >>> f = find_in_run(slow, {0: "a", 1: "b"}, 10, steps=24)
+        >>> f.rank, f.last_share, round(f.share, 2), round(f.cost, 2)
+        (1, 1.0, 0.8, 0.2)
+        >>> find_in_run(slow[:6], {0: "a", 1: "b"}, 10) is None   # too few collectives to tell
+        True
+    """
+    if len(samples) < RUN_SAMPLES:
+        return None
+    n = len(samples)
+    thirds = [list(samples[i * n // 3 : (i + 1) * n // 3]) for i in range(3)]
+    found = _named(thirds, samples, hosts, percent, sum(s.span for s in samples), steps, where)
+    return found if found is not None and found.last_share > 0.5 else None
+
+
+def _named(
+    thirds: Sequence[Sequence[Sample]],
+    window: Sequence[Sample],
+    hosts: Mapping[int, str],
+    percent: float,
+    seconds: float,
+    steps: float | None,
+    where: Mapping[int, str] | None,
+) -> Finding | None:
+    """The rank (else the node) that cost the others ``percent`` % or more in each of ``thirds`` of ``window``
+    (``seconds`` long, ``steps`` made in it), or None."""
     bar = percent / 100
     for node in (False, True):
         if node and len(set(hosts.values())) < 2:

@@ -17,6 +17,7 @@ import io
 import itertools
 import json
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from ..base import envvalues, progress, rundir
 from ..base.files import atomic_write
-from .straggler import KEPT, Finding, Sample, find, frame_of, message, sample
+from .straggler import KEPT, Finding, Sample, find, find_in_run, frame_of, message, sample
 
 #: Rank 0 reads about this many records a second at most (a shared file system's metadata server).
 READS_PER_SECOND = 64
@@ -72,6 +73,13 @@ class Tracker:
         self.bins: collections.deque[tuple[float, int, tuple[float, ...]]] = collections.deque(maxlen=BINS)
         self.said: Finding | None = None
         self._next = 0.0
+        #: What :meth:`finish` needs at exit: the progress folder, the steps at the first and the last turn,
+        #: and when the last turn was.
+        self._where: Path | None = None
+        self._first_steps: int | None = None
+        self._last_steps, self._last_turn = 0, 0.0
+        # The watch thread turns while rank 0's exit handlers run (finish): one at a time.
+        self._lock = threading.Lock()
 
     def add(self, records: Mapping[int, progress.Record], steps: int, now: float) -> Finding | None:
         """Take in every rank's record; the finding, when the thresholds are passed now.
@@ -123,7 +131,13 @@ class Tracker:
         now = time.time() if now is None else now
         if now < self._next:
             return
+        with self._lock:
+            self._turn(where, steps, now)
+
+    def _turn(self, where: Path, steps: int, now: float) -> None:
         self._next = now + self.period
+        self._where, self._last_steps, self._last_turn = where, steps, now
+        self._first_steps = steps if self._first_steps is None else self._first_steps
         try:
             records = {r: rec for r, rec in progress.read(where).items() if rec.written >= self.born}
             found = self.add(records, steps, now)
@@ -134,12 +148,57 @@ class Tracker:
             self._next = float("inf")
             print(f"mldist: the slow-rank account stopped ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
-    def say(self, found: Finding, now: float) -> None:
-        """Print the line; keep it and draw the picture in the run directory (if any)."""
+    def at_end(self, now: float) -> Finding | None:
+        """The finding over a whole run that ended before the window filled once (None else, or when said).
+
+        A fit shorter than ``MLDIST_STRAGGLER_SECONDS`` never fills the window the line needs while the job
+        runs: its slow rank would go unnamed. Rank 0 looks at every collective of the run at its end instead.
+
+        Example:
+            >>> t = Tracker(2, 10, 30)
+            >>> rec = lambda r, n, w: progress.Record(r, f"n{r}", 1, n, n, None, None, (), 1.0, waits=((n, w, 0.3),))
+            >>> for n in range(1, 25):
+            ...     _ = t.add({0: rec(0, n, 0.25), 1: rec(1, n, 0.01)}, n, now=100.0 + n / 3)
+            >>> t._first_steps, t._last_steps, t._last_turn = 1, 24, 108.0
+            >>> t.at_end(109.0).rank
+            1
+        """
+        if self.said is not None or not self.stamped or self._last_turn - self.stamped[0][0] >= self.seconds:
+            return None  # said, nothing paired, or the window filled while the job ran: the live line had its turn
+        steps = self._last_steps - (self._first_steps or 0)
+        where = {r: c.most_common(1)[0][0] for r, c in self._frames.items() if c}
+        return find_in_run([s for _, s in self.stamped], self.hosts, self.percent, steps, where)
+
+    def finish(self) -> None:
+        """At exit (rank 0): the line over the whole run when it ended before the window filled, then the picture."""
+        if self._lock.acquire(timeout=5):  # a turn of the watch thread ends first
+            try:
+                self._finish(time.time())
+            except Exception as exc:  # at exit, with the libraries half torn down: one line, never a traceback
+                print(f"mldist: the slow-rank account stopped at exit ({type(exc).__name__}: {exc})", file=sys.stderr)
+            finally:
+                self._lock.release()
+        self.draw()
+
+    def _finish(self, now: float) -> None:
+        if self.said is not None or self._where is None or self._next == float("inf"):
+            return  # said, never turned, or stopped on an error
+        records = {r: rec for r, rec in progress.read(self._where).items() if rec.written >= self.born}
+        self.add(records, self._last_steps, self._last_turn)  # the last collectives, as of the last turn
+        found = self.at_end(now)
+        if found is not None:
+            self.said = found
+            self.say(found, now, ended=True)
+
+    def say(self, found: Finding, now: float, ended: bool = False) -> None:
+        """Print the line (``ended``: over the whole run, at its end); keep it and draw the picture in the run
+        directory (if any)."""
         line = message(found)
+        if ended:
+            line = f"over the whole run, shorter than MLDIST_STRAGGLER_SECONDS={self.seconds:g}: {line}"
         print(f"mldist: {line}", file=sys.stderr, flush=True)
         if self.run_dir is not None:
-            data = {"line": line, "found_unix": round(now, 3), **asdict(found)}
+            data = {"line": line, "found_unix": round(now, 3), "at_end": ended, **asdict(found)}
             try:
                 atomic_write(self.run_dir / FILE, json.dumps(data, indent=1) + "\n", mode=0o644)
             except OSError as exc:
@@ -218,7 +277,7 @@ def tracker(rank: int, size: int, env: Mapping[str, str], born: float, every: fl
         rundir.plot_wanted(env),
         every,
     )
-    atexit.register(found.draw)
+    atexit.register(found.finish)
     return found
 
 
