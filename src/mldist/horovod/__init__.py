@@ -173,6 +173,13 @@ class RefusedName(UnsupportedError, AttributeError):
     """A Horovod name mldist refuses: a NotImplementedError that ``hasattr`` (and pytest) read as absent."""
 
 
+class RefusedModule(UnsupportedError, ModuleNotFoundError):
+    """A Horovod module mldist lacks (``horovod.torch`` through the alias): ``except ImportError`` takes it too.
+
+    Its ``name`` stays None: ``from horovod import torch`` would otherwise swallow it into "cannot import name".
+    """
+
+
 def refused(name: str, module: str) -> Exception:
     """The error for ``module.name``: a clear refusal for known Horovod names, else AttributeError."""
     if name in REFUSED:
