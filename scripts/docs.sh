@@ -2,7 +2,9 @@
 # The documentation site (MkDocs with Material, mkdocs.yml; docs/contributing/index.md says why).
 #   bash scripts/docs.sh               build it strictly (warnings and broken links are errors) into
 #                                      build/site; the last line printed is the path of its index.html
-#   bash scripts/docs.sh build DIR     the same, into DIR
+#   bash scripts/docs.sh build         the same; build/site is its only folder (a build deletes and remakes
+#                                      it), so 'build DIR' is refused (exit 2, nothing deleted) unless DIR is
+#                                      build/site: copy the site from there
 #   bash scripts/docs.sh serve [DIR]   serve the built site (build/site) on 127.0.0.1, a free port; prints
 #                                      the URL, then serves until Ctrl-C
 #   bash scripts/docs.sh chromium      install Debian's chromium if it is missing (root; the browser check
@@ -14,6 +16,13 @@ action=${1:-build}
 site=${2:-build/site}
 case "$action" in
   build)
+    # The build empties its folder first, so it only ever takes its own: 'build docs' once deleted the
+    # sources. Refused before anything runs (bootstrap included), and nothing else is ever removed.
+    if [ "$(realpath -m -- "$site")" != "$(realpath -m -- "$root/build/site")" ]; then
+      echo "docs: builds only into build/site; refusing '$site' (the site is always build/site; copy it from there)" >&2
+      exit 2
+    fi
+    site=$root/build/site
     bash scripts/bootstrap.sh --no-compile
     rm -rf "$site"
     # mkdocs logs to stderr; --strict also comes from mkdocs.yml (strict: true), said here for a reader.
@@ -50,7 +59,7 @@ PY
     command -v chromium
     ;;
   *)
-    echo "docs: unknown action '$action'; use build [DIR], serve [DIR] or chromium" >&2
+    echo "docs: unknown action '$action'; use build, serve [DIR] or chromium" >&2
     exit 2
     ;;
 esac

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import html
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -36,9 +37,36 @@ SETTERS = {
 }
 
 
+#: An inline code span: a run of backticks, its text, the same run again (CommonMark's rule).
+CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+
+
+def _text(text: str) -> str:
+    """Plain text for Markdown: ``&``, ``<`` and ``>`` escaped outside code spans.
+
+    Markdown passes raw HTML through, so a help's ``runs/<script>-<time>`` became an unknown tag
+    that hid the rest of the page in a browser. Code spans are left as they are: Markdown escapes
+    their text itself (escaping it here would show ``&lt;``).
+
+    Example:
+        >>> _text("runs/<script>-<time> & `<x>`")
+        'runs/&lt;script&gt;-&lt;time&gt; &amp; `<x>`'
+    """
+    out, done = [], 0
+    for span in CODE_SPAN.finditer(text):
+        out += [html.escape(text[done : span.start()], quote=False), span.group()]
+        done = span.end()
+    return "".join(out) + html.escape(text[done:], quote=False)
+
+
 def _cell(text: str) -> str:
-    """Text for one cell of a Markdown table: one line, pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+    r"""Text for one cell of a Markdown table (or a heading): one line, HTML and pipes escaped.
+
+    Example:
+        >>> print(_cell("two\n lines | <x>"))
+        two lines \| &lt;x&gt;
+    """
+    return _text(" ".join(text.split())).replace("|", "\\|")
 
 
 def _flags(action: argparse.Action) -> str:
@@ -99,7 +127,7 @@ def cli_markdown(parser: argparse.ArgumentParser, level: int = 2, path: str = ""
         title = f"`{path} {name}`" + (f": {_cell(helped)}" if helped else "")
         lines += [f"{'#' * level} {title}", ""]
         if sub.description:
-            lines += [sub.description.strip(), ""]
+            lines += [_text(sub.description.strip()), ""]
         lines.append(cli_markdown(sub, level + 1, f"{path} {name}"))
     return "\n".join(lines)
 
@@ -111,7 +139,7 @@ def every_flag(parser: argparse.ArgumentParser, path: str = "") -> dict[str, set
         >>> p = argparse.ArgumentParser(prog="tool")
         >>> _ = p.add_subparsers().add_parser("go").add_argument("--far")
         >>> sorted(every_flag(p)["tool go"])
-        ['--far', '-h', '--help']
+        ['--far', '--help', '-h']
     """
     path = path or parser.prog
     found = {path: {flag for action in parser._actions for flag in action.option_strings}}
@@ -143,7 +171,7 @@ def env_markdown(settings: Iterable[Any]) -> str:
     """
     lines = ["| variable | what it does | takes | default | set by |", "| --- | --- | --- | --- | --- |"]
     for s in settings:
-        setters = ", ".join(SETTERS.get(who, who) for who in s.by)
+        setters = ", ".join(SETTERS.get(who) or _cell(who) for who in s.by)
         lines.append(f"| `{s.name}` | {_cell(s.doc)} | {_cell(s.kind)} | {_default(s.default)} | {setters} |")
     return "\n".join(lines) + "\n"
 

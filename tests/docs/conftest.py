@@ -9,11 +9,14 @@ import pytest
 
 from helpers import ROOT, clean_env
 
+#: Where ``scripts/docs.sh build`` puts the site: its only folder (it refuses any other).
+SITE = ROOT / "build" / "site"
 
-def build_site(site: Path) -> subprocess.CompletedProcess[str]:
-    """``bash scripts/docs.sh build SITE``, as a user runs it (strict: a warning fails it)."""
+
+def build_site() -> subprocess.CompletedProcess[str]:
+    """``bash scripts/docs.sh build``, as a user runs it (strict: a warning fails it), into SITE."""
     return subprocess.run(
-        ["bash", str(ROOT / "scripts" / "docs.sh"), "build", str(site)],
+        ["bash", str(ROOT / "scripts" / "docs.sh"), "build"],
         cwd=ROOT,
         env=clean_env(),
         capture_output=True,
@@ -23,7 +26,9 @@ def build_site(site: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
-def docs_site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """The site built once into a temporary folder, with the build's result (its output says where)."""
-    site = tmp_path_factory.mktemp("docs") / "site"
-    return site, build_site(site)
+def docs_site() -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The site built once into build/site, with the build's result (its output says where).
+
+    Its tests share one xdist group ("docs" in tests/conftest.py), so one worker builds it.
+    """
+    return SITE, build_site()

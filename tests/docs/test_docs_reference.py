@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import doctest
+import html.parser
 import importlib.util
 from types import ModuleType
+from typing import Any
 
+import markdown  # Python-Markdown: what MkDocs renders the pages with
 import pytest
+import yaml  # PyYAML: a dependency of MkDocs
 
 from helpers import ROOT
 from mldist.base import envvalues
@@ -73,3 +79,72 @@ def test_a_marker_is_replaced_by_its_generated_part_and_an_unknown_one_is_refuse
     assert "<!-- generated" not in out and "| `MLDIST_COLLECTIVE_TIMEOUT` |" in out and out.endswith("after\n")
     with pytest.raises(ValueError, match="no generated part named 'envs'"):
         reference.on_page_markdown("<!-- generated: envs -->\n")
+
+
+#: Every element the generated parts may render to (a tag from a help text would be another).
+RENDERED_TAGS = {"table", "thead", "tbody", "tr", "th", "td", "code", "h2", "h3", "p", "ul", "li", "div", "pre", "span"}
+
+
+def _render(text: str) -> str:
+    """``text`` as MkDocs renders it: Python-Markdown with the extensions of mkdocs.yml."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    names: list[str] = []
+    configs: dict[str, Any] = {}
+    for entry in config["markdown_extensions"]:
+        name = next(iter(entry)) if isinstance(entry, dict) else entry
+        names.append(name)
+        configs[name] = entry[name] if isinstance(entry, dict) else {}
+    configs["toc"] = {}  # its permalink (a "true" string here) adds nothing to this check
+    return markdown.markdown(text, extensions=names, extension_configs=configs)
+
+
+class _Page(html.parser.HTMLParser):
+    """The tags of a rendered part and its text as a browser shows it (entities decoded)."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.text = ""
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+
+def test_html_in_help_texts_is_escaped_in_cells_headings_and_descriptions_but_not_in_code() -> None:
+    parser = argparse.ArgumentParser(prog="tool", epilog="example:\n  tool go --out runs/<name> && echo done")
+    sub = parser.add_subparsers()
+    go = sub.add_parser("go", help="start <job> & wait", description="Start a <job>; `<kept>` & go.")
+    go.add_argument("--out", metavar="<dir>", help="write to runs/<script>-<time> (`a<b>`) a|b")
+    text = reference.cli_markdown(parser)
+    assert "| `--out <dir>` | write to runs/&lt;script&gt;-&lt;time&gt; (`a<b>`) a\\|b |" in text
+    assert "## `tool go`: start &lt;job&gt; &amp; wait\n" in text
+    assert "\nStart a &lt;job&gt;; `<kept>` &amp; go.\n" in text
+    assert "usage: tool go [-h] [--out <dir>]" in text  # ```text blocks are shown literally
+    assert "  tool go --out runs/<name> && echo done" in text
+    page = _Page(_render(text))
+    assert page.tags <= RENDERED_TAGS, f"a help text became a tag: {page.tags - RENDERED_TAGS}"
+    for shown in ("runs/<script>-<time>", "a<b>", "start <job> & wait", "<kept> & go", "--out <dir>", "runs/<name> &&"):
+        assert shown in page.text, f"{shown!r} is not shown as it is"
+    assert "&lt;" not in page.text and "&amp;" not in page.text, "escaped twice: an entity is shown"
+
+
+def test_html_in_the_environment_table_is_escaped_but_not_in_its_code() -> None:
+    odd = Setting("MLDIST_DOCS_PROBE", None, str, "is not <ok>: set `<x>`", "makes runs/<script> & `<y>`", kind="a <b>")
+    text = reference.env_markdown([odd]) + "\n" + reference.env_errors_markdown([odd])
+    assert "| `MLDIST_DOCS_PROBE` | makes runs/&lt;script&gt; &amp; `<y>` | a &lt;b&gt; | unset | you |" in text
+    assert "- `` MLDIST_DOCS_PROBE='VALUE' is not <ok>: set `<x>` ``" in text
+    page = _Page(_render(text))
+    assert page.tags <= RENDERED_TAGS, f"a text became a tag: {page.tags - RENDERED_TAGS}"
+    for shown in ("makes runs/<script> & <y>", "a <b>", "is not <ok>: set `<x>`"):
+        assert shown in page.text, f"{shown!r} is not shown as it is"
+    assert "&lt;" not in page.text and "&amp;" not in page.text
+
+
+def test_the_examples_of_the_hook_hold() -> None:
+    # The suite collects doctests of tests/ and src/ only: the hook's examples are run here.
+    failed, tried = doctest.testmod(reference)
+    assert tried > 5 and failed == 0
