@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import runtime
 from ..errors import ConfigError
-from ..runtime.collectives import DEFAULT_BUCKET_BYTES
+from ..runtime.buckets import DEFAULT_BUCKET_BYTES
 from ..runtime.leave import ending_code
 from ..runtime.profiling import Recording
 

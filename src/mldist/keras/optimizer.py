@@ -19,7 +19,7 @@ from typing import Any
 from .. import runtime
 from ..errors import ConfigError
 from ..runtime import compat, worker
-from ..runtime.collectives import DEFAULT_BUCKET_BYTES, check_reduction
+from ..runtime.buckets import DEFAULT_BUCKET_BYTES, check_reduction
 from ..runtime.gradients import average_gradients
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from ..errors import ConfigError, UnsupportedError
 from . import compat
 from . import worker as runtime
-from .collectives import DEFAULT_BUCKET_BYTES, allreduce, check_reduction
+from .buckets import DEFAULT_BUCKET_BYTES, check_reduction
+from .collectives import allreduce
 from .engine import running
 
 XLA_CPU_FIX = (
