@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, clean_env, mldist, processes_with, tail
+from helpers import PY, ROOT, check, clean_env, mldist, processes_with, results, tail
 from mldist.errors import ConfigError
 from mldist.keras.epochs import append_row, epoch_row, plot_png, read_rows
 from mldist.keras.runlog import RunLog, resolve_run_dir, speed
+from mldist.launch.config import RunConfig
+from mldist.launch.procs import run_env
 from mldist.tools.tensorboard import logdir_spec, login_host, ssh_line, ssh_user
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -43,6 +45,18 @@ os.environ["MLDIST_PLOT"] = "0"  # as a job script would set it
 model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[mldist.keras.RunLog("quiet")])
 print("MLDIST_PLOT=0:", os.path.exists("quiet/metrics.csv"), os.path.exists("quiet/metrics.png"))
 """
+# Under mldist run --no-run-dir: a fit with the default callbacks, then where RunLog wrote and the averaged loss.
+NO_RUN_DIR = """
+import json, keras, numpy as np, mldist, mldist.keras
+ctx = mldist.init()
+x = np.random.default_rng(ctx.rank).normal(size=(64, 4)).astype("float32"); y = (x[:, 0] > 0).astype("int64")
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+callbacks = mldist.keras.default_callbacks()
+loss = model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=callbacks).history["loss"][-1]
+(log,) = [c for c in callbacks if isinstance(c, mldist.keras.RunLog)]
+print("RESULT", json.dumps({"rank": ctx.rank, "path": str(log.path), "loss": round(loss, 6)}), flush=True)
+"""
 
 
 def test_where_runlog_writes() -> None:
@@ -52,6 +66,15 @@ def test_where_runlog_writes() -> None:
     assert made is not None and made.parent == Path("runs") and made.name.startswith("train-")
     assert resolve_run_dir("mine", 5, {"MLDIST_RUN_DIR": "/r/a"}, []) == Path("mine")
     assert resolve_run_dir(None, 0, {"MLDIST_RUN_DIR": "/r/a"}, []) is None
+
+
+def test_no_run_dir_tells_the_workers_and_runlog_then_writes_nowhere() -> None:
+    """mldist run --no-run-dir: RunLog() on rank 0 made a runs/<script>-<time> of its own all the same."""
+    told = run_env(RunConfig(2, ("python", "t.py"), run_dir=None), "r1", 0)
+    assert resolve_run_dir("auto", 0, told, ["t.py"]) is None and resolve_run_dir("auto", 1, told, ["t.py"]) is None
+    assert resolve_run_dir("mine", 0, told, ["t.py"]) == Path("mine")  # the script's own directory stands
+    given = run_env(RunConfig(2, ("python", "t.py"), run_dir="/r/x"), "r1", 0)
+    assert resolve_run_dir("auto", 0, given, ["t.py"]) == Path("/r/x")
 
 
 @pytest.mark.parametrize("bad", ["60", -1, float("nan"), True])
@@ -136,6 +159,15 @@ def test_a_training_run_leaves_metrics_plot_events_and_summary(digits_run: Path)
     assert {"loss", "accuracy"} <= set(progress["metrics"]) and progress["epoch_seconds"] > 0, progress
 
 
+@pytest.mark.slow
+def test_mldist_status_shows_how_the_run_ended_and_its_progress(digits_run: Path) -> None:
+    """``mldist status RUN_DIR`` on the README's run: it took job ids only and refused a run directory."""
+    res = check(mldist(["status", str(digits_run)]))
+    (line,) = res.stdout.splitlines()
+    assert line.startswith(f"{digits_run}  OK  exit 0  ended "), line
+    assert re.search(r" ago\)  epoch 20/20 step (\d+)/\1, [0-9,]+ samples/s, loss \S+ .*, finished$", line), line
+
+
 def _lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
     out: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
@@ -197,6 +229,22 @@ def test_the_example_without_mldist_run_writes_one_run_directory(tmp_path: Path)
         p.name for p in made.iterdir()
     }
     assert res.stdout.rstrip().endswith(f"results in {made}/"), res.stdout[-500:]
+
+
+@pytest.mark.slow
+def test_no_run_dir_leaves_no_directory_and_the_other_callbacks_still_work(tmp_path: Path) -> None:
+    """``mldist run --no-run-dir`` with ``default_callbacks()``: RunLog made ``runs/<script>-<time>`` on rank 0."""
+    script = tmp_path / "tiny.py"
+    script.write_text(NO_RUN_DIR)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {k: v for k, v in clean_env().items() if k != "MLDIST_RUNS_DIR"}  # the default: ./runs
+    res = check(mldist(["run", "-n", "2", "--no-run-dir", "--", PY, str(script)], cwd=cwd, env=env, timeout=300))
+    assert list(cwd.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "tiny.py"], res.stdout
+    rows = results(res.stdout)
+    assert [r["path"] for r in rows] == ["None", "None"], res.stdout
+    assert rows[0]["loss"] == rows[1]["loss"], rows  # AverageMetrics still averaged the two ranks' losses
+    assert "RunLog" not in res.stdout + res.stderr, tail(res)
 
 
 def test_tensorboard_refuses_a_missing_run_dir(tmp_path: Path) -> None:

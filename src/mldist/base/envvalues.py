@@ -105,6 +105,14 @@ VERBOSE = flag(
     doc="`1` (`--verbose`): the remote shim of `mldist run -H` passes TensorFlow's start-up notices on",
     by=(LAUNCHER,),
 )
+NO_RUN_DIR = flag(
+    "MLDIST_NO_RUN_DIR",
+    False,
+    on="the run has no run directory",
+    off="RunLog() makes runs/<script>-<time> on rank 0 when MLDIST_RUN_DIR is unset",
+    doc="`1` (`--no-run-dir`): the run has no run directory: `RunLog()` writes nothing (`RunLog(DIR)` still does)",
+    by=(LAUNCHER,),
+)
 COLLECTIVE_TIMEOUT: Setting[float] = Setting(
     "MLDIST_COLLECTIVE_TIMEOUT",
     600.0,
@@ -126,7 +134,8 @@ STRAGGLER_SECONDS: Setting[float] = Setting(
     30.0,
     positive_seconds,
     "is not a number of seconds above 0: set it to e.g. 30 (the default)",
-    "for how long a rank must cost that share (in each third of it) before rank 0 names it (default 30)",
+    "for how long a rank must cost that share (in each third of it) before rank 0 names it (default 30); a run "
+    "that ends sooner is looked at whole, at its end",
     kind="seconds",
 )
 #: Ports are handed out from [base, base + PORT_SPAN), below Linux's ephemeral range (32768).
@@ -289,6 +298,7 @@ WORKER_SETTINGS: tuple[Setting[Any], ...] = (
     TF_CONFIG,
     GLOO_IDLE,
     VERBOSE,
+    NO_RUN_DIR,
 )
 #: The whole contract, every variable once, in the order above.
 ALL: tuple[Setting[Any], ...] = tuple(v for v in globals().values() if isinstance(v, Setting))

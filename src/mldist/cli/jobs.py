@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import shutil
 import sys
@@ -228,14 +229,32 @@ def _job_id(text: str) -> str:
     return text
 
 
+def _job_or_run_dir(text: str) -> str:
+    """``mldist status``'s argument: a path that exists (a run directory), else a job id."""
+    if os.path.exists(text) or JOB_ID.fullmatch(text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is neither a job id (e.g. 4242; see 'mldist status') nor an "
+                                     "existing run directory (e.g. runs/train-20261124-010203)")  # fmt: skip
+
+
+STATUS_EXAMPLE = """\
+example:
+  mldist status                               # every job of mldist submit
+  mldist status 4242                          # one job
+  mldist status runs/train-20261124-010203    # a run of mldist run, by its run directory
+
+A run directory shows whether the run goes on or how it ended (summary.json: exit code, the
+failed rank, when), the progress of fit (training.json) and the slow-rank line (straggler.json)."""
+
+
 def _add_follow_up(sub: Any) -> None:
     s = add_command(
-        sub,
-        "status",
-        "state of a job, or of all jobs submitted with mldist",
-        "example:\n  mldist status 4242\n  mldist status",
+        sub, "status", "state of a job or run directory, or of all jobs submitted with mldist", STATUS_EXAMPLE
     )
-    s.add_argument("job", nargs="?", type=_job_id, help="job id (default: every recorded job)")
+    s.add_argument(
+        "job", nargs="?", type=_job_or_run_dir, metavar="JOB|RUN_DIR",
+        help="a job id, or a run directory of mldist run (a path that exists); default: every recorded job",
+    )  # fmt: skip
     c = add_command(sub, "cancel", "cancel a job", "example:\n  mldist cancel 4242")
     c.add_argument("job", type=_job_id, help="job id")
     lg = add_command(
@@ -298,6 +317,11 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.job is not None and os.path.exists(args.job):  # a run directory of mldist run
+        from ..tools import runstatus
+
+        print(runstatus.line(runstatus.read(args.job)))
+        return 0
     from ..launch.batch.records import job_status, list_records, load_record
 
     records = [load_record(args.job)] if args.job is not None else list_records()[-20:]

@@ -43,7 +43,7 @@ yours). A run whose workers never formed a group says so at the end
 are stopped and the exit code is that worker's (128+N for signal N); exit
 code 75 means the workers saved a checkpoint and ask to be started again.
 Every run leaves a run directory (MLDIST_RUN_DIR for the workers): config.json,
-rank-R.log, the metrics of mldist.keras.RunLog and summary.json at the end."""
+rank-R.log, RunLog's metrics, summary.json at the end (mldist status RUN_DIR shows it)."""
 
 ENV_EXAMPLE = """\
 example:
@@ -114,7 +114,7 @@ def _add_output_flags(run: Any) -> None:
         metavar="DIR",
         help="keep config.json, rank-R.log, metrics and summary.json here (default runs/<script>-<time>)",
     )
-    where.add_argument("--no-run-dir", action="store_true", help="write no run directory")
+    where.add_argument("--no-run-dir", action="store_true", help="no run directory (RunLog() writes none either)")
     run.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's start-up notices of every rank")
     run.add_argument(
         "--tf-config",

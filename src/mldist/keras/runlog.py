@@ -17,7 +17,8 @@ Every rank writes ``rank-R.metrics.json``: its own samples/s, step time and last
 which ``mldist run`` merges into ``summary.json`` at the end.
 
 Where: ``run_dir="auto"`` (the default) uses ``$MLDIST_RUN_DIR``, set by ``mldist run``
-for every rank; without it (``python train.py``, ``srun``, ``mpiexec``) rank 0 alone makes
+for every rank; under ``mldist run --no-run-dir`` (``MLDIST_NO_RUN_DIR=1``) no rank writes
+anything; without a launcher (``python train.py``, ``srun``, ``mpiexec``) rank 0 alone makes
 ``runs/<script>-<YYYYmmdd-HHMMSS>`` and the other ranks write nothing. A path writes there
 on every rank; ``run_dir=None`` turns the callback off.
 
@@ -47,7 +48,7 @@ from typing import Any
 import keras
 
 from .. import runtime
-from ..base import rundir, training
+from ..base import envvalues, rundir, training
 from ..base.files import atomic_write
 from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
 from ..errors import ConfigError
@@ -62,11 +63,21 @@ def resolve_run_dir(
 ) -> Path | None:
     """Where RunLog writes on ``rank``, or None for nowhere (see the module's description).
 
+    The one place that decides it: ``on_train_begin`` asks once per ``fit`` and keeps the answer.
+
+    Args:
+        run_dir: RunLog's ``run_dir`` ("auto", a path, or None).
+        rank: this worker's rank.
+        env: the environment: ``MLDIST_RUN_DIR``, or ``MLDIST_NO_RUN_DIR`` (``mldist run --no-run-dir``).
+        argv: the script's command line (it names a default directory).
+
     Example:
         >>> resolve_run_dir("auto", 1, {"MLDIST_RUN_DIR": "/r/x"}, ["t.py"])
         PosixPath('/r/x')
         >>> resolve_run_dir("auto", 1, {}, ["t.py"]) is None, resolve_run_dir(None, 0, {}, ["t.py"])
         (True, None)
+        >>> resolve_run_dir("auto", 0, {"MLDIST_NO_RUN_DIR": "1"}, ["t.py"]) is None
+        True
     """
     if run_dir is None:
         return None
@@ -74,6 +85,8 @@ def resolve_run_dir(
         return Path(run_dir)
     if env.get(RUN_DIR_ENV):
         return Path(env[RUN_DIR_ENV])
+    if envvalues.NO_RUN_DIR.read(env):  # mldist run --no-run-dir: no directory, not even rank 0's own
+        return None
     return default_run_dir(argv) if rank == 0 else None
 
 
@@ -122,8 +135,8 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
     Writing problems (a full disk, no matplotlib) give one warning each; training goes on.
 
     Args:
-        run_dir: "auto" (``$MLDIST_RUN_DIR``, else ``runs/<script>-<time>`` on rank 0 only),
-            a directory (every rank), or None (do nothing).
+        run_dir: "auto" (``$MLDIST_RUN_DIR``; nothing under ``mldist run --no-run-dir``; else
+            ``runs/<script>-<time>`` on rank 0 only), a directory (every rank), or None (do nothing).
         batch_size: per-worker batch size for samples/s; default: found from ``fit``'s data.
         plot: draw metrics.png (rank 0); default: unless ``MLDIST_PLOT=0``.
         plot_every: least seconds between two drawings during training (it is drawn when fit ends).

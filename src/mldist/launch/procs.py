@@ -62,8 +62,8 @@ def run_env(cfg: RunConfig, run_id: str, restart: int) -> dict[str, str]:
         restart: how many times the group was restarted (``MLDIST_RESTART``).
 
     Example:
-        >>> sorted(run_env(RunConfig(nprocs=2, command=("python", "t.py")), "r1", 0))
-        ['MLDIST_COMMUNICATION', 'MLDIST_RESTART', 'MLDIST_RUN_ID']
+        >>> sorted(run_env(RunConfig(nprocs=2, command=("python", "t.py")), "r1", 0))  # no run_dir: none wanted
+        ['MLDIST_COMMUNICATION', 'MLDIST_NO_RUN_DIR', 'MLDIST_RESTART', 'MLDIST_RUN_ID']
     """
     env = {
         envvalues.RUN_ID.name: run_id,
@@ -74,6 +74,8 @@ def run_env(cfg: RunConfig, run_id: str, restart: int) -> dict[str, str]:
         env[envvalues.PROFILE_STEPS.name] = cfg.profile_steps
     if cfg.run_dir:
         env[RUN_DIR_ENV] = os.path.abspath(cfg.run_dir)
+    else:  # --no-run-dir: RunLog() must not make one of its own (mldist.keras.runlog.resolve_run_dir)
+        env[envvalues.NO_RUN_DIR.name] = "1"
     return env
 
 
