@@ -202,6 +202,9 @@ def find(
 
 #: The fewest collectives a whole run must pair for :func:`find_in_run` to name a rank (a few per third).
 RUN_SAMPLES = 12
+#: The share of a run's collectives its slow rank must arrive last at: a clear majority, not the half that
+#: chance gives one of two ranks (rank 0, which runs the callbacks, came last at 55 % of the digits run's).
+RUN_LAST_SHARE = 2 / 3
 
 
 def find_in_run(
@@ -212,7 +215,8 @@ def find_in_run(
     where: Mapping[int, str] | None = None,
 ) -> Finding | None:
     """At the end of a run shorter than the window: the rank (else the node) that arrived last at most of its
-    collectives and cost the others ``percent`` % of their time or more in each third of them, or None.
+    collectives (:data:`RUN_LAST_SHARE`) and cost the others ``percent`` % of their time or more in each third
+    of them, or None.
 
     The thirds are the run's collectives in order, not seconds: a one-off delay fills one at most, as in
     :func:`find`, however long the run stayed after its last collective.
@@ -237,7 +241,7 @@ def find_in_run(
     n = len(samples)
     thirds = [list(samples[i * n // 3 : (i + 1) * n // 3]) for i in range(3)]
     found = _named(thirds, samples, hosts, percent, sum(s.span for s in samples), steps, where)
-    return found if found is not None and found.last_share > 0.5 else None
+    return found if found is not None and found.last_share >= RUN_LAST_SHARE else None
 
 
 def _named(
