@@ -154,11 +154,11 @@ def test_a_balanced_run_of_as_many_steps_gets_no_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_slow_rank_in_a_fit_shorter_than_the_window_is_named_at_its_end(tmp_path: Path) -> None:
-    """The defaults (10 % in each third of 30 s) and a fit of about 8 s: the window never fills while the job
+    """The defaults (10 % in each third of 30 s) and a fit of about 4 s: the window never fills while the job
     runs, so rank 0 names rank 1 at its exit, over the whole run."""
     run_dir = tmp_path / "short"
     env = clean_env(**USERS_GC)
-    argv = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKER), "1", "0.15", STEPS, "0.02"]
+    argv = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKER), "1", "0.15", "24", "0.02"]
     stderr = check(mldist(argv, env=env)).stderr
     lines = [line for line in stderr.splitlines() if "arrives last" in line]
     assert len(lines) == 1, stderr[-3000:]
