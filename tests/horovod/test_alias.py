@@ -137,6 +137,8 @@ def test_another_framework_in_a_module_run_with_m_ends_with_one_line(tmp_path: P
 
 def test_a_scripts_import_error_fallback_still_catches_the_refusal(tmp_path: Path) -> None:
     """Scripts that try horovod.torch and fall back (``except ImportError``, as Horovod's tests do) go on."""
+    # The written script's except clauses are the subject: each class a user's fallback may name must catch
+    # the refusal, and the script must go on (exit 0, one FELL BACK line each).
     fallbacks = ("ImportError", "ModuleNotFoundError", "NotImplementedError", "mldist.errors.UnsupportedError")
     body = ["import mldist.errors"]
     for kind in fallbacks:

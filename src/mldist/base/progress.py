@@ -225,10 +225,21 @@ def gone(record: Record) -> bool:
         >>> gone(Record(0, socket.gethostname(), os.getpid(), 0, 0, None, None, (), 0.0))
         False
     """
-    if record.host != socket.gethostname():
+    return process_gone(record.host, record.pid)
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """Whether process ``pid`` of ``host`` has ended: it is this host, and no process has that pid now.
+
+    Example:
+        >>> import socket
+        >>> process_gone(socket.gethostname(), os.getpid()), process_gone("another-host", 1)
+        (False, False)
+    """
+    if host != socket.gethostname() or pid < 1:
         return False
     try:
-        os.kill(record.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:  # another user's process: alive

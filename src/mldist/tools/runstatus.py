@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..base import training
+from ..base import progress, training
 from ..errors import ConfigError
 from ..runtime import straggler_watch
 
@@ -105,17 +103,9 @@ def read(target: str) -> RunFiles:
 
 def _launcher_gone(config: Mapping[str, Any]) -> bool:
     """Whether config.json's launcher ran on this host and no process has its pid now."""
-    launcher = config.get("launcher")
+    launcher, host = config.get("launcher"), config.get("host")
     pid = launcher.get("pid") if isinstance(launcher, dict) else None
-    if config.get("host") != socket.gethostname() or not isinstance(pid, int) or pid < 1:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # another user's process: alive
-        return False
-    return False
+    return isinstance(host, str) and isinstance(pid, int) and progress.process_gone(host, pid)
 
 
 def _when(stamp: Any, now: float) -> str:
