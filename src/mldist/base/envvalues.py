@@ -43,6 +43,7 @@ from .envparse import (
     positive_seconds,
     seconds,
     whole,
+    yes_no,
 )
 from .envparse import FALSE as FALSE  # the words of a no: the start-up hook spells them too
 from .envparse import TRUE as TRUE
@@ -167,6 +168,25 @@ def _thread_count(name: str, pool: str) -> Setting[int | None]:
     )
     doc = f"TensorFlow's {pool} thread pool, over the plan (`init({pool}=)` wins over it)"
     return Setting(name, None, whole(1), says, doc, kind="whole number")
+
+
+def _auto_on_off(text: str) -> str | None:
+    """``auto``, or a yes (``on``) or a no (``off``); None for anything else."""
+    if text.lower() == "auto":
+        return "auto"
+    said = yes_no(text)
+    return None if said is None else "on" if said else "off"
+
+
+HIERARCHICAL: Setting[str] = Setting(
+    "MLDIST_HIERARCHICAL",
+    "auto",
+    _auto_on_off,
+    "is not auto, 1 or 0: set auto (the default), 1 (on where it applies) or 0 (off), or unset it",
+    "the MPI engine's all-reduce: `auto` (hierarchical over several nodes with more than one rank on a node: "
+    "reduce on the node, all-reduce among one rank per node, broadcast on the node), `1` the same, `0` always flat",
+    kind="auto, 1 or 0",
+)
 
 
 INTRA_OP = _thread_count("MLDIST_INTRA_OP", "intra_op")
@@ -299,6 +319,7 @@ WORKER_SETTINGS: tuple[Setting[Any], ...] = (
     GLOO_IDLE,
     VERBOSE,
     NO_RUN_DIR,
+    HIERARCHICAL,
 )
 #: The whole contract, every variable once, in the order above.
 ALL: tuple[Setting[Any], ...] = tuple(v for v in globals().values() if isinstance(v, Setting))

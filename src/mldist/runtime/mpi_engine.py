@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import CollectiveMismatch
 from ..placement import Placement
-from . import compat, mpi_join, mpi_wait, subsets
+from . import compat, mpi_join, mpi_tiers, mpi_wait, subsets
 from .failures import Deferred
 from .mpi_progress import PROGRESS
 from .mpi_world import World, abort, join, start, watched, world
@@ -109,6 +109,7 @@ def _agree(kind: str, arg: int, arrays: Sequence[np.ndarray[Any, Any]], what: Ca
     both = _signature(kind, arg, arrays)
     mpi_wait.wait(World.active.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # where ranks wait for each other
     agreed = np.array_equal(both[:4], -both[4:8])
+    World.joined = bool(both[8])
     if both[8]:  # a rank has joined (hvd.join): it answers all-reduces, nothing else
         return _with_joined(kind, arrays, agreed, int(-both[9]))
     if agreed:
@@ -276,8 +277,8 @@ def _reduce_in_place(a: np.ndarray[Any, Any], mpi_op: Any) -> np.ndarray[Any, An
     # MPI_Allreduce busy-polls a core that backprop needs. Loopback, 2 workers of 1 core, MobileNetV2,
     # 4 MB buckets, ms a step: quiet machine 196 against 187 blocking (271 against 264); with other jobs
     # on the cores 320 against 534. Sleeping polls left a real link idle (mpi_wait.drive). A joined rank
-    # answers with the same call (mpi_join.answer).
-    mpi_join.allreduce(World.active, send, out, mpi_op, mpi_wait.drive)
+    # answers with the flat call (mpi_join.answer).
+    mpi_tiers.allreduce(send, out, mpi_op, mpi_wait.drive)  # flat, or in tiers over nodes (mpi_world.arrange)
     return out
 
 

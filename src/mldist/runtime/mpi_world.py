@@ -14,11 +14,13 @@ Example::
 from __future__ import annotations
 
 import atexit
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..placement.hierarchy import Hierarchy, decide, requested
 from . import mpi_join, mpi_wait, stall
 from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
@@ -31,6 +33,13 @@ class World:
     departures: Departures | None = None
     #: The communicator of the collective running now: ``comm``, or a process set's (see :func:`watched`).
     active: Any = None
+    #: Whether the world's all-reduces go through one rank per node (:func:`arrange`), and why.
+    hierarchy: Hierarchy | None = None
+    #: With ``hierarchy.on``: this node's ranks (``COMM_TYPE_SHARED``), and the node leaders' (None elsewhere).
+    node: Any = None
+    leaders: Any = None
+    #: A rank has joined (hvd.join) in the collective running now: its all-reduce goes flat, as joined ranks answer.
+    joined = False
 
 
 def start(comm: Any = None) -> Any:
@@ -38,7 +47,8 @@ def start(comm: Any = None) -> Any:
 
     A duplicate keeps mldist's traffic apart from the user's own mpi4py calls; a second one
     carries the departure messages (:mod:`mldist.runtime.mpi_exit`), whose exit handler then
-    makes this rank wait for the others at the end instead of hanging in MPI_Finalize.
+    makes this rank wait for the others at the end instead of hanging in MPI_Finalize. Then it decides
+    whether the world's all-reduces go in tiers (:func:`arrange`).
     """
     if World.comm is None:
         from mpi4py import MPI
@@ -49,7 +59,40 @@ def start(comm: Any = None) -> Any:
         World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
         World.departures.watch()
         atexit.register(_at_exit)
+        arrange(requested(os.environ))
     return World.comm
+
+
+def arrange(setting: str) -> Hierarchy:
+    """Decide, once, whether the world's all-reduces are hierarchical; make the communicators they need.
+
+    Collective. The facts come from MPI itself, so every rank decides alike: the nodes are the
+    ``COMM_TYPE_SHARED`` groups (ranks that share memory), their count and the largest one are
+    all-reduced over the world. Where hierarchy is on, the node's communicator carries the reduce and
+    the broadcast (shared memory), and one made of each node's lowest rank the all-reduce between
+    nodes (:mod:`mldist.runtime.mpi_tiers`).
+
+    Args:
+        setting: "auto", "on" or "off" (:func:`mldist.placement.hierarchy.requested`).
+    """
+    from mpi4py import MPI
+
+    if World.hierarchy is not None:
+        return World.hierarchy
+    comm = World.comm
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    leader = node.Get_rank() == 0
+    nodes = np.array([int(leader)], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, nodes, MPI.SUM)  # one leader per node
+    biggest = np.array([node.Get_size()], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, biggest, MPI.MAX)
+    World.hierarchy = decide(setting, int(nodes[0]), int(biggest[0]))
+    if World.hierarchy.on:
+        leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
+        World.node, World.leaders = node, (None if leaders == MPI.COMM_NULL else leaders)
+    else:
+        node.Free()
+    return World.hierarchy
 
 
 def _at_exit() -> None:
