@@ -52,11 +52,12 @@ system the compute nodes see. Then: mldist submit --venv VENV (same --module).""
 NOT_FOR_BUILD = (
     "--nodes", "--tasks-per-node", "--grace", "--array", "--requeue", "--venv", "--conda", "--container",
     "--container-cache", "--container-pull", "--bind", "--container-args", "--wrap", "--unset", "--network-interface",
+    "--stage-env", "--stage-to",
 )  # fmt: skip
 #: What the build job is whatever a profile says: one task, nothing activated, the proxies kept for pip.
 BUILD_FIXED: dict[str, Any] = {
     "nodes": 1, "tasks_per_node": 1, "venv": None, "conda": None, "container": None, "container_args": (),
-    "wrap": (), "requeue": False, "array": None, "unset": (),
+    "wrap": (), "requeue": False, "array": None, "unset": (), "stage_env": False,
 }  # fmt: skip
 
 

@@ -150,6 +150,7 @@ def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ())
         ("--output-dir", "script, logs and environment record, used as given (default: a new mldist-jobs/NAME-TIME)"),
         ("--srun-mpi", "srun's --mpi plugin (pmix, pmi2, none, ...); default auto: pmix for Open MPI if Slurm has it"),
         ("--network-interface", "interface or address/CIDR MPI uses between nodes (ib0, 10.1.0.0/16)"),
+        ("--stage-to", "where --stage-env copies to on a node: tmpdir ($TMPDIR or /tmp; default), tmp, shm, a path"),
     ):
         p.add_argument(flag, help=text)
     p.add_argument("--partition", "--queue", dest="queue", help="partition (Slurm) or queue (PBS, Cobalt)")
@@ -169,6 +170,7 @@ def add_job_options(parser: argparse.ArgumentParser, skip: Collection[str] = ())
     for flag, text in (
         ("--requeue", "save and requeue before the limit"),
         ("--tf-config", "give each rank TF_CONFIG, for scripts written for tf.distribute.MultiWorkerMirroredStrategy"),
+        ("--stage-env", "copy the --venv/--conda (else this mldist's) environment to node-local storage once per node"),
     ):
         p.add_argument(flag, action="store_true", default=None, help=text)
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")

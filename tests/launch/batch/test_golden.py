@@ -122,6 +122,21 @@ LAUNCHER_SPECS: dict[str, JobSpec] = {
 }
 
 
+#: ``mldist submit --stage-env --dry-run`` per scheduler: a venv (Slurm: sbcast), a named conda environment in
+#: /dev/shm (PBS: PALS mpiexec --ppn 1), a venv under a path of one's own (Cobalt: aprun -N 1).
+STAGE_WORDS: dict[str, list[str]] = {
+    "slurm": ["--venv", "/home/u/venvs/tf", "--nodes", "2", "--tasks-per-node", "4"],
+    "pbs": ["--conda", "tf", "--stage-to", "shm", "--nodes", "2", "--tasks-per-node", "4", "--cores-per-node", "32"],
+    "cobalt": ["--venv", "/home/u/venvs/tf", "--stage-to", "/local/scratch", "--nodes", "2", "--requeue"],
+}
+
+
+def stage_words(scheduler: str) -> list[str]:
+    """The staged golden's command line (after ``mldist submit``)."""
+    words = ["--scheduler", scheduler, "--stage-env", "--dry-run", *STAGE_WORDS[scheduler], "--time", "1:00:00"]
+    return [*words, "--output-dir", "/scratch/u/run"]
+
+
 @pytest.fixture
 def no_site_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Only the built-in profiles: no ~/.config/mldist/sites.toml, no ./mldist-sites.toml."""
@@ -186,12 +201,21 @@ def test_launcher_script_matches_the_golden_file(name: str) -> None:
     expect_golden(f"launcher-{name}", render(LAUNCHER_SPECS[name]), f"render(LAUNCHER_SPECS[{name!r}])")
 
 
+@pytest.mark.usefixtures("no_site_files")
+@pytest.mark.parametrize("scheduler", sorted(STAGE_WORDS))
+def test_staged_script_matches_the_golden_file(scheduler: str) -> None:
+    words = stage_words(scheduler)
+    script = render(submit_spec(*words, "--", "python", "train.py"))
+    expect_golden(f"stage-{scheduler}", script, f"mldist submit {' '.join(words)} -- python train.py")
+
+
 def test_every_scheduler_site_and_launcher_has_a_golden_script() -> None:
     from mldist.launch.batch.schedulers import SCHEDULERS
 
-    assert sorted(SPECS) == sorted(SCHEDULERS)
+    assert sorted(SPECS) == sorted(SCHEDULERS) == sorted(STAGE_WORDS)
     assert {launcher_name(s) for s in LAUNCHER_SPECS.values()} == set(LAUNCHERS)
     want = {*SPECS, *(f"site-{n}" for n in BUILTIN), *(f"launcher-{n}" for n in LAUNCHER_SPECS)}
+    want |= {f"stage-{n}" for n in STAGE_WORDS}
     assert sorted(p.stem for p in GOLDEN.glob("*.sh")) == sorted(want)
 
 

@@ -57,6 +57,8 @@ _STR_OPTS: tuple[str, ...] = (
     "network_interface",
     "gpu_request",
     "module_purge",
+    "stage_env",
+    "stage_to",
 )
 
 
@@ -180,3 +182,26 @@ def _paths(options: Mapping[str, Any], opts: dict[str, Any], say: Callable[[str]
         say(f"mldist submit: warning: {text} (a dry run goes on; submitting stops here)")
     if opts.get("container"):
         opts["mldist_path"] = str(MLDIST_PACKAGE)
+    if opts.get("stage_env"):
+        opts["stage_path"] = _stage_path(opts, bool(options.get("dry_run")), say)
+
+
+def _stage_path(opts: Mapping[str, Any], dry_run: bool, say: Callable[[str], None]) -> str | None:
+    """The environment ``--stage-env`` stages: the venv, a conda environment's path (None for a named one:
+    the job stages the activated one), else the running mldist's own (``sys.prefix``).
+
+    A dry run only warns about an environment that is not here.
+    """
+    if opts.get("venv"):
+        return str(opts["venv"])
+    conda = opts.get("conda")
+    if conda and "/" not in conda:
+        return None
+    where = _local_path(conda) if conda else sys.prefix
+    if not ((Path(where) / "pyvenv.cfg").is_file() or (Path(where) / "conda-meta").is_dir()):
+        what = f"--conda {conda!r}" if conda else f"this mldist's Python environment ({where})"
+        text = f"--stage-env: {what} is no virtual or conda environment; give --venv PATH or --conda NAME"
+        if not dry_run or not conda:
+            raise ConfigError(text)
+        say(f"mldist submit: warning: {text} (a dry run goes on; submitting stops here)")
+    return where

@@ -17,6 +17,7 @@ from ...errors import ConfigError
 from .launchers import LAUNCHERS, launcher_name
 from .schedulers import scheduler
 from .spec import JobSpec
+from .staging import check_staging
 
 
 def check(s: JobSpec) -> JobSpec:
@@ -32,6 +33,7 @@ def check(s: JobSpec) -> JobSpec:
     if s.launcher is not None and s.launcher not in LAUNCHERS:
         raise ConfigError(f"--launcher {s.launcher!r} is not one of {', '.join(LAUNCHERS)}")
     _check_elastic(s)
+    check_staging(s)
     if s.srun_mpi not in (None, "auto") and not LAUNCHERS[launcher_name(s)].steps:
         raise ConfigError(f"--srun-mpi {s.srun_mpi} chooses srun's MPI plugin, but this job starts its ranks with "
                           f"{launcher_name(s)}; drop --srun-mpi")  # fmt: skip

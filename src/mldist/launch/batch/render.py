@@ -31,6 +31,7 @@ from .launchers import LAUNCHERS, Raw, Shell, launch_argv, launcher_name, thread
 from .schedulers import Scheduler, scheduler
 from .software import activate_lines, container_lines, container_prefix, env_lines, module_lines, source_lines
 from .spec import JobSpec
+from .staging import stage_lines, stage_prefix, unstage_lines
 
 q = shlex.quote
 
@@ -204,7 +205,7 @@ def launch_step(s: JobSpec) -> list[str]:
     """
     words = [*elastic_agent(s), *launch_argv(s), "bash", "-c", RANK_WRAPPER, "mldist-rank", str(len(s.wrap))]
     words += [Raw(wrap_word(w)) for w in s.wrap]
-    run = " ".join(word(a) for a in [*words, *container_prefix(s), *s.command])
+    run = " ".join(word(a) for a in [*words, *container_prefix(s), *stage_prefix(s), *s.command])
     lines = [
         f"{run} &",
         "child=$!",
@@ -294,7 +295,9 @@ def render(s: JobSpec) -> str:
     lines += environment_record(s)
     lines += hook_lines(s)
     lines += elastic_check(s)
+    lines += stage_lines(s, word)
     lines += launch_step(s)
+    lines += unstage_lines(s, word)
     lines += formed_lines(s)
     lines += ['kill "$watcher" 2>/dev/null'] if timer else []
     return "\n".join(lines + requeue_tail(s, sched))

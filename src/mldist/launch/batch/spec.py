@@ -115,6 +115,10 @@ class JobSpec:
             goes on while at least this many nodes remain (:mod:`mldist.launch.batch.agent`).
         nodes_range: ask for ``min_nodes``-``nodes`` nodes and start on what the scheduler gives
             (``--nodes 2-4``), not for ``nodes`` exactly.
+        stage_env: run the ranks from a copy of the environment on node-local storage (:mod:`.staging`).
+        stage_path: the environment staged: the venv, the conda environment's path, or the submitting
+            mldist's ``sys.prefix``; None with a conda environment named: the activated one's.
+        stage_to: where on a node: ``tmpdir`` ($TMPDIR, else /tmp), ``tmp``, ``shm`` (/dev/shm) or a path.
     """
 
     command: tuple[str, ...]
@@ -158,6 +162,9 @@ class JobSpec:
     mldist_path: str | None = None
     min_nodes: int | None = None
     nodes_range: bool = False
+    stage_env: bool = False
+    stage_path: str | None = None
+    stage_to: str = "tmpdir"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -275,7 +282,7 @@ def _validate(s: JobSpec) -> None:
     if s.venv and s.conda:
         raise ConfigError("--venv and --conda exclude each other; pick one")
     texts = [*s.command, *s.modules, *s.binds, *(v for _, v in s.env), *s.wrap, *s.env_source, *s.container_args]
-    texts += [t for t in (s.venv, s.conda, s.container, s.container_cache, s.mldist_path) if t]
+    texts += [t for t in (s.venv, s.conda, s.container, s.container_cache, s.mldist_path, s.stage_path) if t]
     for text in texts:
         if "\0" in text:
             raise ConfigError(f"{text!r} contains a NUL byte, which no shell can pass on")

@@ -1,0 +1,144 @@
+"""--stage-env: the per-node unpack program and the rank wrapper run for real on a venv, and the refusals.
+
+The Slurm end-to-end run (sbcast, one srun task per node, the ranks from the staged copy) is in
+tests/slurm/test_slurm_stage_env.py; the rendered scripts are goldens (tests/golden/stage-*.sh).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import clean_env, mldist
+from mldist.errors import ConfigError
+from mldist.launch.batch.build import build_spec
+from mldist.launch.batch.render import render
+from mldist.launch.batch.spec import JobSpec
+from mldist.launch.batch.staging import STAGED_WRAPPER, UNPACK
+
+SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+
+
+def _env(root: Path) -> Path:
+    """A real venv (no pip) with a module, and a script whose #! names the venv's python, as pip writes them."""
+    env = root / "env"
+    venv.create(env, with_pip=False, symlinks=True)
+    (env / SITE / "stagedmark.py").write_text("WHERE = __file__\n")
+    tool = env / "bin" / "whereami"
+    tool.write_text(f"#!{env}/bin/python\nimport sys, stagedmark\nprint(sys.prefix, stagedmark.WHERE)\n")
+    tool.chmod(0o755)
+    return env
+
+
+def _unpack(stage: Path, archive: Path, env: Path) -> subprocess.CompletedProcess[str]:
+    argv = ["bash", "-c", UNPACK, "mldist-unpack", str(stage), str(archive), str(env), "1"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_a_venv_unpacked_on_a_node_runs_from_there_and_never_from_the_original(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    archive = tmp_path / "node" / "env.tar"
+    archive.parent.mkdir()
+    subprocess.run(["tar", "-C", str(env), "-cf", str(archive), "."], check=True, timeout=60)
+    stage = tmp_path / "node" / "mldist-env-4242"
+    res = _unpack(stage, archive, env)
+    assert res.returncode == 0, res.stderr
+    assert not archive.exists() and not Path(f"{stage}.part").exists()  # the broadcast copy goes, the dir is whole
+    assert (stage / "bin" / "whereami").read_text().startswith(f"#!{stage}/bin/python\n")
+    hidden = env.rename(tmp_path / "gone")  # nothing may reach the original any more
+    base = clean_env(PYTHONPATH=f"{env}/{SITE}/extra:/opt/other", PATH=f"{env}/bin:/usr/bin:/bin")
+
+    def staged(*cmd: str) -> str:
+        argv = ["bash", "-c", STAGED_WRAPPER, "mldist-staged", str(stage), str(env), *cmd]
+        out = subprocess.run(argv, capture_output=True, text=True, env=base, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert staged("whereami") == f"{stage} {stage}/{SITE}/stagedmark.py"  # the rewritten #! line
+    code = "import os, sys; print(sys.executable, sys.prefix, os.environ['VIRTUAL_ENV'], os.environ['PYTHONPATH'])"
+    assert staged("python", "-c", code).split() == [
+        f"{stage}/bin/python",
+        str(stage),
+        str(stage),
+        f"{stage}/{SITE}/extra:/opt/other",
+    ]
+    assert staged("sh", "-c", 'echo "$PATH"').split(":")[:2] == [f"{stage}/bin", "/usr/bin"]
+    assert hidden.is_dir()
+
+
+def test_a_stage_dir_that_cannot_be_made_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    archive = tmp_path / "env.tar"
+    subprocess.run(["tar", "-C", str(tmp_path), "-cf", str(archive), "--files-from", "/dev/null"], check=True)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    res = _unpack(blocked / "mldist-env-1", archive, tmp_path / "env")  # under a file: cannot be created
+    assert res.returncode == 2
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("mldist: --stage-env on ") and "give --stage-to a node-local directory" in line, line
+
+
+def _spec(**kw: Any) -> JobSpec:
+    options = {"scheduler": "slurm", "dry_run": False, "stage_env": True, **kw}
+    return build_spec(options, ["python", "train.py"], notes=[])
+
+
+def test_the_environment_staged_is_the_venv_the_conda_env_or_this_mldist_s(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    assert _spec(venv=str(env)).stage_path == str(env)
+    assert _spec(conda="tf").stage_path is None  # named: the job stages the activated one ($CONDA_PREFIX)
+    assert '"$CONDA_PREFIX"' in render(_spec(conda="tf"))
+    if sys.prefix != sys.base_prefix:  # the tests run in a venv (scripts/bootstrap.sh's .venv)
+        assert _spec().stage_path == sys.prefix
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"venv": "/nowhere/venv"}, "--venv '/nowhere/venv' has no bin/activate"),
+        ({"conda": "/nowhere/conda"}, "--stage-env: --conda '/nowhere/conda' is no virtual or conda environment"),
+        ({"stage_to": "scratch"}, "--stage-to 'scratch': give tmpdir"),
+        ({"stage_to": "/tmp/a b"}, "--stage-to '/tmp/a b': give tmpdir"),
+        ({"container": "/sw/tf.sif"}, "--stage-env with --container"),
+    ],
+)
+def test_bad_staging_input_is_refused_in_one_line(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _spec(**options)
+    assert str(info.value).startswith(says) and "\n" not in str(info.value)
+
+
+def test_a_python_that_is_no_environment_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing named, and this mldist runs from a Python that is no venv or conda environment (e.g. /usr)."""
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        _spec()
+    assert str(info.value) == (
+        f"--stage-env: this mldist's Python environment ({tmp_path}) is no virtual or conda environment; "
+        "give --venv PATH or --conda NAME"
+    )
+
+
+def test_bad_staging_input_is_one_line_and_exit_2_from_the_cli(tmp_path: Path) -> None:
+    res = mldist(["submit", "--scheduler", "cobalt", "--stage-env", "--stage-to", "scratch", "--dry-run", "--",
+                  "python", "t.py"], env=clean_env(MLDIST_STATE_DIR=str(tmp_path / "state")), cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("mldist submit: error: --stage-to 'scratch': give tmpdir"), line
+
+
+def test_submit_stage_env_dry_run_quotes_every_value(tmp_path: Path) -> None:
+    odd = tmp_path / "my env's"
+    (odd / "bin").mkdir(parents=True)
+    (odd / "bin" / "activate").write_text("")
+    res = mldist(["submit", "--scheduler", "pbs", "--venv", str(odd), "--stage-env", "--stage-to", "/local/x",
+                  "--dry-run", "--output-dir", str(tmp_path / "out"), "--", "python", "train.py"],
+                 env=clean_env(MLDIST_STATE_DIR=str(tmp_path / "state")), cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert f"mldist_stage_src='{tmp_path}/my env'\"'\"'s'" in lines
+    assert 'mldist_stage=/local/x/mldist-env-"$job_id"' in lines
