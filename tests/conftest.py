@@ -77,7 +77,7 @@ def engine(request: pytest.FixtureRequest) -> str:
 #: fixtures), so that it happens once.
 GROUPS = (
     (r"tests/slurm/", "slurm"),
-    (r"tests/launch/test_hosts\.py", "hosts"),
+    (r"tests/(launch/test_hosts|runtime/test_tiers)\.py", "hosts"),
     # One build of the documentation site for the tests that read it.
     (r"tests/docs/test_docs_(site|browser)\.py::", "docs"),
     # One reference run per Keras backend: MPI's and RING's tests share the TensorFlow one.

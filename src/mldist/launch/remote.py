@@ -49,6 +49,7 @@ FORWARD: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_EN
 FORWARD += (
     "HOROVOD_TIMELINE",
     "HOROVOD_LOG_LEVEL",
+    "HOROVOD_HIERARCHICAL_ALLREDUCE",  # the MPI engine's switch (placement.hierarchy)
     "TF_CPP_MIN_LOG_LEVEL",
     "OMP_NUM_THREADS",
     "KMP_AFFINITY",

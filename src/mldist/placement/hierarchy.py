@@ -14,7 +14,7 @@ Example:
     >>> decide("auto", nodes=2, per_node=2).on, decide("auto", nodes=1, per_node=4).on
     (True, False)
     >>> decide("off", nodes=8, per_node=4).reason
-    'turned off (MLDIST_HIERARCHICAL=0)'
+    'turned off (MLDIST_HIERARCHICAL=0 or HOROVOD_HIERARCHICAL_ALLREDUCE=0)'
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def decide(setting: str, nodes: int, per_node: int) -> Hierarchy:
         why = "one rank per node: the flat all-reduce already crosses the network once per node"
         return Hierarchy(False, why, nodes, per_node)
     if setting == "off":
-        return Hierarchy(False, "turned off (MLDIST_HIERARCHICAL=0)", nodes, per_node)
+        return Hierarchy(False, f"turned off (MLDIST_HIERARCHICAL=0 or {HOROVOD}=0)", nodes, per_node)
     why = (
         f"{nodes} nodes x up to {per_node} ranks: reduce on the node, all-reduce among {nodes} node leaders, broadcast"
     )

@@ -1,0 +1,117 @@
+"""The hierarchical all-reduce (issue 65): when it is on, and that it gives the flat path's results.
+
+The decision is pure (placement.hierarchy); the runs are real: ``mldist run -n 2`` on this host (one
+node: flat), and 2 test hosts (scripts/test-hosts.sh) with 2 ranks each (in tiers) or 1 (flat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, start_service, stop_service, tail
+from mldist.errors import ConfigError
+from mldist.placement import Placement
+from mldist.placement.hierarchy import decide, requested, shape
+
+SCRIPT = ROOT / "scripts" / "test-hosts.sh"
+TIERS = [PY, str(WORKERS / "tiers.py")]
+#: What every rank's all-reduces give on 4 ranks (tiers.py: rank r adds r + 1, max of r).
+SUMS_OF_4 = {"float32": 10.0, "bfloat16": 10.0, "int32": 10, "max": 3.0}
+
+
+@pytest.mark.parametrize(
+    ("setting", "nodes", "per_node", "on"),
+    [
+        ("auto", 2, 2, True),
+        ("on", 4, 8, True),
+        ("auto", 1, 4, False),  # one node
+        ("on", 1, 4, False),
+        ("auto", 8, 1, False),  # one rank per node
+        ("off", 2, 2, False),
+    ],
+)
+def test_tiers_only_over_several_nodes_with_more_than_one_rank_on_one(
+    setting: str, nodes: int, per_node: int, on: bool
+) -> None:
+    assert decide(setting, nodes, per_node).on is on
+
+
+def test_the_switch_mldist_first_then_horovods() -> None:
+    assert requested({}) == "auto"
+    assert requested({"MLDIST_HIERARCHICAL": "0"}) == "off"
+    assert requested({"MLDIST_HIERARCHICAL": "yes"}) == "on"
+    assert requested({"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"}) == "off"
+    assert requested({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "MLDIST_HIERARCHICAL": "0"}) == "off"
+    with pytest.raises(ConfigError, match=r"^MLDIST_HIERARCHICAL='maybe' is not auto, 1 or 0: set auto"):
+        requested({"MLDIST_HIERARCHICAL": "maybe"})
+    with pytest.raises(ConfigError, match=r"^HOROVOD_HIERARCHICAL_ALLREDUCE='2' is not 1 or 0"):
+        requested({"HOROVOD_HIERARCHICAL_ALLREDUCE": "2"})
+
+
+def test_the_placements_shape() -> None:
+    assert shape(Placement("openmpi", size=8, local_size=4)) == (2, 4)
+    assert shape(Placement("slurm", size=4, local_size=1, hosts=("a", "b", "c", "d"))) == (4, 1)
+
+
+def test_mldist_run_refuses_a_bad_switch_in_one_line(tmp_path: Path) -> None:
+    res = mldist(["run", "-n", "2", "--", PY, "-c", "pass"], env=clean_env(MLDIST_HIERARCHICAL="sometimes"), timeout=60)
+    assert res.returncode == 2, tail(res)
+    assert "MLDIST_HIERARCHICAL='sometimes' is not auto, 1 or 0" in res.stderr, tail(res)
+    assert "Traceback" not in res.stderr, tail(res)
+
+
+def _ranks(res: object) -> list[dict[str, object]]:
+    rows = sorted(results(res.stdout), key=lambda r: r["rank"])  # type: ignore[attr-defined]
+    return rows
+
+
+@pytest.mark.slow
+def test_one_node_takes_the_flat_path() -> None:
+    res = check(mldist(["run", "-n", "2", "--no-run-dir", "--", *TIERS], env=clean_env(), timeout=240))
+    rows = _ranks(res)
+    assert [(r["tiered"], r["hierarchy"]["on"], r["hierarchy"]["nodes"]) for r in rows] == [(False, False, 1)] * 2
+    assert rows[0]["hierarchy"]["reason"] == "one node: the flat all-reduce never leaves it"
+    assert rows[0]["sums"] == {"float32": 3.0, "bfloat16": 3.0, "int32": 3, "max": 1.0}
+    assert rows[0]["weights"] == rows[1]["weights"]
+
+
+@pytest.fixture(scope="module")
+def hosts_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """An environment whose mpiexec reaches the test hosts hx1 and hx2 over ssh."""
+    config = start_service(SCRIPT, "network namespaces, a bridge, sshd", "MLDIST_TEST_SSH_CONFIG")
+    runs = tmp_path_factory.mktemp("runs")
+    yield clean_env(PRTE_MCA_plm_ssh_agent=f"ssh -F {config}", MLDIST_RUNS_DIR=str(runs))
+    stop_service(SCRIPT)
+
+
+def _tiers_on(hosts: str, env: dict[str, str]) -> list[dict[str, object]]:
+    res = check(mldist(["run", "-H", hosts, "--no-run-dir", "--", *TIERS], env=env, timeout=300))
+    return _ranks(res)
+
+
+@pytest.mark.slow
+def test_two_hosts_of_two_ranks_reduce_in_tiers_to_the_flat_paths_weights(hosts_env: dict[str, str]) -> None:
+    tiers = _tiers_on("hx1:2,hx2:2", hosts_env)
+    # Horovod's switch turns it off (mldist run -H forwards it to every host).
+    flat = _tiers_on("hx1:2,hx2:2", hosts_env | {"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"})
+    assert [r["node"] for r in tiers] == ["hx1", "hx1", "hx2", "hx2"], tiers
+    assert [(r["tiered"], r["hierarchy"]["nodes"], r["hierarchy"]["per_node"]) for r in tiers] == [(True, 2, 2)] * 4
+    assert [r["tiered"] for r in flat] == [False] * 4
+    assert flat[0]["hierarchy"]["reason"].startswith("turned off")
+    assert all(r["sums"] == SUMS_OF_4 for r in tiers + flat), [r["sums"] for r in tiers + flat]
+    for t, f in zip(tiers, flat, strict=True):  # every rank: the same weights after the same steps
+        for wt, wf in zip(t["weights"], f["weights"], strict=True):  # type: ignore[call-overload]
+            np.testing.assert_allclose(np.array(wt, np.float32), np.array(wf, np.float32), rtol=1e-5, atol=1e-6)
+    assert all(r["weights"] == tiers[0]["weights"] for r in tiers)
+
+
+@pytest.mark.slow
+def test_one_rank_per_host_takes_the_flat_path(hosts_env: dict[str, str]) -> None:
+    rows = _tiers_on("hx1:1,hx2:1", hosts_env)
+    assert [(r["tiered"], r["hierarchy"]["nodes"], r["hierarchy"]["per_node"]) for r in rows] == [(False, 2, 1)] * 2
+    assert rows[0]["hierarchy"]["reason"].startswith("one rank per node")
+    assert rows[0]["sums"] == {"float32": 3.0, "bfloat16": 3.0, "int32": 3, "max": 1.0}
