@@ -307,22 +307,28 @@ def prepare_log_dir(path: str) -> None:
         raise ConfigError(f"--log-dir {path!r} is not writable; name a writable directory")
 
 
-def ensure_descriptors(nprocs: int) -> None:
+def ensure_descriptors(nprocs: int, on_hosts: tuple[int, int] | None = None) -> None:
     """Raise the soft open-file limit as far as needed for ``nprocs`` workers, or refuse with the reason.
 
     Args:
         nprocs: how many workers the launcher will hold pipes and ports for.
+        on_hosts: for workers on other hosts (``-H``): the launcher's need from its descriptor plan
+            (:func:`mldist.launch.fanout.descriptor_plan`, which grows with the hosts, not the ranks)
+            and the number of hosts.
 
     Example:
         >>> ensure_descriptors(2)  # 76 descriptors: every shell allows that many
     """
-    need = _FDS_BASE + _FDS_PER_WORKER * nprocs
+    need = _FDS_BASE + _FDS_PER_WORKER * nprocs if on_hosts is None else on_hosts[0]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
     if hard == resource.RLIM_INFINITY or hard >= need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
         return
+    if on_hosts is not None:
+        raise LaunchError(f"-n {nprocs} on {on_hosts[1]} hosts needs about {need} open files but this shell allows "
+                          f"{hard} (ulimit -Hn); raise the limit")  # fmt: skip
     raise LaunchError(
         f"-n {nprocs} needs about {need} open files but this shell allows {hard} (ulimit -Hn); "
         f"start at most {(hard - _FDS_BASE) // _FDS_PER_WORKER} workers or raise the limit"

@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-import subprocess
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import ConfigError
 from ..placement.allocation import read_nodefile as _nodefile
 from ..placement.hostlist import host_entry
+from . import fanout
 from .config import CONNECT_TIMEOUT
 
 
@@ -150,10 +149,13 @@ def why_silent(host: str, said: str, timeout: float, timed_out: bool = False) ->
 
 def silent_hosts(hosts: Sequence[str], env: Mapping[str, str], timeout: float = CONNECT_TIMEOUT) -> dict[str, str]:
     """The hosts that do not run ``true`` over mpiexec's ssh within ``timeout`` seconds, each with the reason
-    (:func:`why_silent`); asked in parallel, so the whole check takes about ``timeout`` at most.
+    (:func:`why_silent`), in the order given; thousands of hosts in about twice ``timeout``.
 
-    ssh's ConnectTimeout bounds the connection and the handshake; the process's own timeout bounds the rest
-    (a login that hangs afterwards, on a home directory that does not answer).
+    When ssh reaches the hosts directly (:func:`mldist.launch.fanout.direct_port`), a TCP connect to the ssh
+    port finds the silent ones first, all at once; ssh then runs only on those that took it, in a window
+    (:func:`mldist.launch.fanout.run_all`). ssh's ConnectTimeout bounds its connection and the handshake;
+    the process's own timeout bounds the rest (a login that hangs afterwards, on a home directory that
+    does not answer).
 
     Args:
         hosts: the host names, as mpiexec will reach them (ssh resolves them, with its config's aliases).
@@ -164,26 +166,36 @@ def silent_hosts(hosts: Sequence[str], env: Mapping[str, str], timeout: float = 
 
         silent_hosts(["node1", "node2"], os.environ, 10)   # {} when both answer
     """
-    agent = ssh_agent(env, timeout)
+    agent, limit = ssh_agent(env, timeout), fanout.soft_limit()
+    port = fanout.direct_port(agent, hosts, env)
+    screened = {} if port is None else fanout.tcp_screen(hosts, port, timeout, fanout.window(len(hosts), limit))
+    found = {host: why_silent(host, said, timeout, timed_out=not said) for host, said in screened.items()}
+    rest = [host for host in hosts if host not in screened]
+    most = fanout.window(len(rest), limit, fanout.SSH_WINDOW)
+    for host, (code, said) in fanout.run_all(rest, lambda h: [*agent, h, "true"], env, timeout + _CHECK_SLACK,
+                                             most).items():  # fmt: skip
+        if said.startswith(fanout.NOT_STARTED):
+            why = said[len(fanout.NOT_STARTED) :]
+            found[host] = f"host {host}: ssh does not run ({why}); set PRTE_MCA_plm_ssh_agent"
+        elif code != 0:
+            found[host] = why_silent(host, said, timeout, timed_out=code is None)
+    return {host: found[host] for host in hosts if host in found}
 
-    def ask(host: str) -> str:
-        try:
-            res = subprocess.run(
-                [*agent, host, "true"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout + _CHECK_SLACK,
-                env=dict(env),
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return why_silent(host, "", timeout, timed_out=True)
-        except OSError as exc:
-            return f"host {host}: ssh does not run ({agent[0]}: {exc.strerror}); set PRTE_MCA_plm_ssh_agent"
-        return "" if res.returncode == 0 else why_silent(host, res.stderr, timeout)
 
-    with ThreadPoolExecutor(max_workers=min(64, max(1, len(hosts)))) as pool:
-        found = dict(zip(hosts, pool.map(ask, hosts), strict=True))
-    return {host: why for host, why in found.items() if why}
+def summary(silent: Mapping[str, str], named: int = 5) -> str:
+    """One line for the hosts that failed the check: the first one's reason, then how many more and the
+    first few of their names (thousands of hosts stay one short line).
+
+    Example:
+        >>> summary({"a": "host a: no", "b": "host b: no"})
+        'host a: no; b failed the check too'
+        >>> summary({f"s{i}": f"host s{i}: no" for i in range(4096)})
+        'host s0: no; 4095 more of 4096 hosts failed the check too (s1, s2, s3, s4, s5, ...)'
+    """
+    first = next(iter(silent.values()))
+    names = list(silent)[1:]
+    if not names:
+        return first
+    if len(names) <= named:
+        return f"{first}; {', '.join(names)} failed the check too"
+    return f"{first}; {len(names)} more of {len(silent)} hosts failed the check too ({', '.join(names[:named])}, ...)"

@@ -37,6 +37,7 @@ from ..placement.resources import thread_plan
 from . import elastic
 from .allocated import GROUPS, SRUN_STARTED, NodefileGroup
 from .config import MAX_WORKERS, NETWORKS, RunConfig, command_problem, ensure_descriptors, prepare_log_dir
+from .fanout import descriptor_plan
 from .groups import DirectGroup, Group
 from .mpiexec import MpiexecGroup, check_mpi_args, find_mpiexec
 from .procs import FORWARDED, STOPPING, cpu_sets, describe, exit_code, say, worker_env
@@ -101,7 +102,8 @@ def run(cfg: RunConfig) -> int:
         if record is not None:
             reformed = [r.record() for r in supervisor.reforms]
             procs = current[-1].procs if current else []
-            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed)
+            dropped = sorted({name for g in current for name in g.run_logs.dropped})
+            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed, dropped)
 
 
 class _Rounds:
@@ -226,7 +228,8 @@ def _prepare(cfg: RunConfig) -> tuple[RunConfig, dict[str, str], type[Group], Re
     the workers' environment, how they start, and the run directory's record."""
     if cfg.log_dir:
         prepare_log_dir(cfg.log_dir)
-    ensure_descriptors(cfg.nprocs)
+    hosts = len(cfg.hosts)  # on hosts: mpiexec's daemons carry the ranks' output; the launcher's files grow with hosts
+    ensure_descriptors(cfg.nprocs, (descriptor_plan(hosts, -(-cfg.nprocs // hosts))["total"], hosts) if hosts else None)
     env = inherited(cfg)
     decision, kind = launch_plan(cfg, env)
     cfg.check_backend(decision)

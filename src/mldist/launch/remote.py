@@ -39,7 +39,7 @@ from ..placement.handed import HANDED
 from . import elastic
 from .config import RunConfig
 from .groups import Group
-from .hosts import keepalive_agent, silent_hosts
+from .hosts import keepalive_agent, silent_hosts, summary
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import ended_at, run_env, say
 from .remote_shim import TERM_AS
@@ -206,12 +206,10 @@ def answering_hosts(cfg: RunConfig, env: Mapping[str, str]) -> RunConfig:
         return cfg
     if cfg.elastic is not None and (nxt := elastic.plan(cfg.hosts, silent, cfg.elastic.min_np, cfg.elastic.max_np)):
         hosts, n = nxt
-        for why in silent.values():
-            say(f"{why}; starting without it (--min-np {cfg.elastic.min_np})")
+        say(f"{summary(silent)}; starting without {'it' if len(silent) == 1 else 'them'} (--min-np "
+            f"{cfg.elastic.min_np})")  # fmt: skip
         return dataclasses.replace(cfg, hosts=hosts, nprocs=n)
-    first, *more = silent.values()
-    also = f"; {', '.join(list(silent)[1:])} failed the check too" if more else ""
-    raise LaunchError(first + also)
+    raise LaunchError(summary(silent))
 
 
 class _Rank:
@@ -329,12 +327,7 @@ class RemoteGroup(Group):
         self.ranks_said = self.ranks_said or match is not None
         if match is None or not self.cfg.run_dir:
             return
-        rank = int(match.group(1))
-        if rank not in self.tees:
-            self.tees[rank] = open(os.path.join(self.cfg.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
-            self.logs.append(self.tees[rank])
-        with contextlib.suppress(ValueError):
-            self.tees[rank].write(match.group(2))
+        self.run_logs.write(int(match.group(1)), match.group(2))  # a full disk stops the logs, not the run
 
     def _elastic(self, text: str) -> None:
         """An elastic run: keep the lines that name lost hosts; time the first resume after a re-forming."""
