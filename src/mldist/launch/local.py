@@ -102,8 +102,7 @@ def run(cfg: RunConfig) -> int:
         if record is not None:
             reformed = [r.record() for r in supervisor.reforms]
             procs = current[-1].procs if current else []
-            dropped = sorted({name for g in current for name in g.run_logs.dropped})
-            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed, dropped)
+            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed)
 
 
 class _Rounds:
