@@ -15,11 +15,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from . import untrusted
+from .untrusted import AMOUNT, COUNT, FLAG, METRIC, TEXT, UNIX_TIME, map_of
 
 #: The file in the run directory.
 FILE = "training.json"
@@ -27,6 +29,20 @@ FILE = "training.json"
 WRITE_EVERY = 1.0
 #: How many metrics the line shows (loss first).
 SHOWN_METRICS = 4
+#: What each field of ``training.json`` may hold (a reader checks them before it formats any).
+FIELDS = {
+    "epoch": COUNT,
+    "epochs": COUNT,
+    "step": COUNT,
+    "steps": COUNT,
+    "step_seconds": AMOUNT,
+    "samples_per_second": AMOUNT,
+    "metrics": map_of(METRIC),
+    "epoch_seconds": AMOUNT,
+    "updated": TEXT,
+    "updated_unix": UNIX_TIME,
+    "done": FLAG,
+}
 
 
 def record(
@@ -60,12 +76,38 @@ def record(
 
 
 def read(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run directory's ``training.json``, or None when there is none (yet) or it cannot be read."""
+    """The run directory's ``training.json``, or None when there is none (yet) or it cannot be used."""
     try:
-        data = json.loads((Path(run_dir) / FILE).read_text())
-    except (OSError, ValueError):
+        return load(run_dir)
+    except untrusted.Unusable:
         return None
-    return data if isinstance(data, dict) else None
+
+
+def load(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run directory's ``training.json`` with its fields checked; None when there is none (yet).
+
+    Raises :class:`mldist.base.untrusted.Unusable` (its line names the file and why) for one that
+    cannot be read (another user's) or is damaged (cut short, a loss of ``"0.31"``).
+
+    Example:
+        >>> load("/nonexistent") is None
+        True
+    """
+    return untrusted.load(Path(run_dir) / FILE, FIELDS)
+
+
+def progress_line(run_dir: str | Path, ended: bool, now: float | None = None) -> str | None:
+    """:func:`describe` of the run directory's ``training.json``, the line of :func:`load`'s refusal, or None.
+
+    Example:
+        >>> progress_line("/nonexistent", ended=False) is None
+        True
+    """
+    try:
+        rec = load(run_dir)
+    except untrusted.Unusable as exc:
+        return str(exc)
+    return None if rec is None else describe(rec, now=now, ended=ended)
 
 
 def seconds_left(rec: Mapping[str, Any]) -> float | None:

@@ -322,8 +322,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.job is not None and os.path.exists(args.job):  # a run directory of mldist run
         from ..tools import runstatus
 
-        print(runstatus.line(runstatus.read(args.job)))
-        return 0
+        run = runstatus.read(args.job)
+        print(runstatus.line(run))
+        return 1 if run.problems else 0  # a file it could not use: the state is not all known
     from ..launch.batch.records import job_status, list_records, load_record
 
     records = [load_record(args.job)] if args.job is not None else list_records()[-20:]
@@ -355,11 +356,11 @@ def _progress(record: Any, state: str, final: bool) -> str:
         return ""
     from ..runtime import straggler_watch
 
-    rec = training.read(Path(record.output_dir) / "run")
+    shown = training.progress_line(Path(record.output_dir) / "run", ended=final)  # or why training.json is no use
     slow = straggler_watch.status(Path(record.output_dir) / "run")  # the slow rank rank 0 named, if any
-    if rec is None:
+    if shown is None:
         return ("  (no training progress yet)" if state == "RUNNING" else "") + slow
-    return "  " + training.describe(rec, ended=final) + slow
+    return "  " + shown + slow
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
+import os
+import re
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from ..base import untrusted
 from ..errors import ConfigError
 from .common import Handler, add_command, count
 
@@ -70,7 +73,9 @@ def _progress_folders(target: str) -> list[Path]:
     else a job of mldist submit (each array task's)."""
     where = Path(target)
     if where.is_dir():
+        _readable(where)
         for folder in (where, where / "progress", where / "run" / "progress"):
+            _readable(folder)
             if any(folder.glob("rank-*.json")):
                 return [folder]
         raise ConfigError(
@@ -89,17 +94,56 @@ def _progress_folders(target: str) -> list[Path]:
     return sorted(job_dir.glob("array-*/run/progress")) if record.array else [job_dir / "run" / "progress"]
 
 
+def _readable(folder: Path) -> None:
+    """A ConfigError naming ``folder`` and why when it is there but this user may not read it (another's run)."""
+    if os.path.isdir(folder) and (why := untrusted.readable_dir(folder)):
+        raise ConfigError(f"{folder} {why}")
+
+
+#: The key of a summary that is there but of no use: the line that says why (see :func:`_summary`).
+UNUSABLE = "mldist_unusable"
+
+
 def _summary(folder: Path) -> dict[str, Any] | None:
     """The summary.json of the run whose progress folder is ``folder`` (it is written when the run
-    ends), or None while the run goes on. A damaged one still says that the run ended."""
+    ends), or None while the run goes on. A damaged or unreadable one still says that the run ended,
+    and why it says no more (:data:`UNUSABLE`)."""
+    from ..tools.runstatus import SUMMARY_FIELDS
+
     for path in (folder / "summary.json", folder.parent / "summary.json"):
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                data = None
-            return data if isinstance(data, dict) else {}
+        try:
+            data = untrusted.load(path, SUMMARY_FIELDS)
+        except untrusted.Unusable as exc:
+            return {UNUSABLE: str(exc)}
+        if data is not None:
+            return data
     return None
+
+
+def _sane(record: Any) -> bool:
+    """Whether a progress record's pid and times are within reason (a damaged one's 1e300 would not format)."""
+    times = [record.written, *(t[2] for t in (record.current, record.last) if t)]
+    return untrusted.PID.ok(record.pid) and all(map(untrusted.UNIX_TIME.ok, times))
+
+
+def _unused(folder: Path, used: Collection[int]) -> str:
+    """One line for the progress files in ``folder`` that are there but of no use ("" when none)."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
+    except OSError as exc:
+        return "" if isinstance(exc, FileNotFoundError) else f"{folder} {untrusted.readable_dir(folder) or exc}"
+    bad = []
+    for name in names:
+        rank = re.fullmatch(r"rank-([0-9]{1,7})\.json", name)
+        if rank and int(rank.group(1)) in used:
+            continue
+        try:
+            if untrusted.load(folder / name) is not None and rank:  # JSON, but not a record of its rank
+                bad.append(f"{folder / name} is damaged: not a progress record (a field of a wrong type or range)")
+        except untrusted.Unusable as exc:
+            bad.append(str(exc))
+    more = f" (and {len(bad) - 1} more of its files)" if len(bad) > 1 else ""
+    return f"{bad[0]}{more}" if bad else ""
 
 
 def _ended_at(summary: dict[str, Any]) -> float | None:
@@ -125,6 +169,8 @@ def ending(target: str, summary: dict[str, Any], now: float) -> str:
     if at is not None:
         stamp = datetime.datetime.fromisoformat(str(summary["ended"]))
         when = f"at {stamp.isoformat(sep=' ')} ({clock(max(0.0, now - at))} ago)"
+    if UNUSABLE in summary:  # there, so the run ended; nothing more is known
+        return f"{target}: this run ended (its summary.json is there), how is unknown: {summary[UNUSABLE]}"
     how = str(summary.get("status") or "with no status recorded")
     if summary.get("exit_code") is not None:
         how += f" (exit code {summary['exit_code']}"
@@ -136,10 +182,15 @@ def ending(target: str, summary: dict[str, Any], now: float) -> str:
 def _cmd_stacks(args: argparse.Namespace) -> int:
     from ..base import progress
 
-    shown, code, now = 0, 0, time.time()
+    shown, code, now, unusable = 0, 0, time.time(), []
     folders = _progress_folders(args.target)
     for folder in folders:
-        records = progress.read(folder)
+        records = {rank: record for rank, record in progress.read(folder).items() if _sane(record)}
+        if (bad := _unused(folder, records)) and records:  # some ranks' records only: the others are shown
+            print(f"mldist stacks: {bad}", file=sys.stderr, flush=True)
+            code = 1
+        elif bad:
+            unusable.append(bad)
         if records and len(folders) > 1:  # an array job: one folder per task
             print(f"== {folder.parent.parent.name}", flush=True)
         summary = _summary(folder) if records else None
@@ -159,6 +210,8 @@ def _cmd_stacks(args: argparse.Namespace) -> int:
             lines = progress.describe_past(record, ended, now) if past else progress.describe(record, now)
             print("\n".join(lines), flush=True)
             shown += 1
+    if not shown and unusable:  # records are there, of no use: not "no rank has written"
+        raise ConfigError(unusable[0])
     if not shown:
         raise ConfigError(
             f"{args.target}: no rank has written its progress yet; is the job running? ({progress.NO_RECORD})"

@@ -296,5 +296,6 @@ def status(run_dir: str | Path) -> str:
     if not isinstance(line, str):
         return ""
     when = data.get("found_unix")
-    at = f" (at {progress.clock(when)})" if isinstance(when, int | float) else ""
+    known = isinstance(when, int | float) and 0 <= when <= 253402300799  # a damaged file's 1e300 would not format
+    at = f" (at {progress.clock(when)})" if known else ""
     return f"; slow: {line}{at}"

@@ -18,14 +18,14 @@ Example:
 from __future__ import annotations
 
 import datetime
-import json
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..base import progress, training
+from ..base import progress, training, untrusted
+from ..base.untrusted import CODE, COUNT, ISO_TIME, PID, TEXT, Kind, either, fields_of, list_of, optional, whole
 from ..errors import ConfigError
 from ..runtime import straggler_watch
 
@@ -33,6 +33,21 @@ from ..runtime import straggler_watch
 MARKS = ("config.json", "summary.json", training.FILE)
 #: How many failed ranks the line names (the others are counted).
 NAMED_RANKS = 4
+#: What the fields of config.json that the line uses may hold.
+CONFIG_FIELDS = {"launcher": fields_of({"pid": PID}), "host": TEXT, "started": ISO_TIME}
+#: What the fields of summary.json that the line uses may hold (signals: names, or numbers of old files).
+SUMMARY_FIELDS = {
+    "status": TEXT,
+    "exit_code": CODE,
+    "exit_codes": list_of(optional(CODE)),
+    "restarts": COUNT,
+    "signals": list_of(Kind("a signal name or number", either(TEXT, whole(1, 64)).ok)),
+    "error": TEXT,
+    "started": ISO_TIME,
+    "ended": ISO_TIME,
+}
+#: The key of :attr:`RunFiles.problems` for the directory itself.
+FOLDER = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,8 @@ class RunFiles:
         progress: training.json (RunLog on rank 0).
         slow: the slow-rank text of :func:`mldist.runtime.straggler_watch.status` ("" when none).
         launcher_gone: config.json names a launcher on this host whose process is gone.
+        problems: file name ("" for the directory) -> the line that says why it is there but cannot be used
+            (another user's, damaged): its content is then None, never guessed.
     """
 
     path: str
@@ -54,18 +71,14 @@ class RunFiles:
     progress: dict[str, Any] | None
     slow: str
     launcher_gone: bool
-
-
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    problems: Mapping[str, str] = field(default_factory=dict)
 
 
 def _marked(folder: Path) -> bool:
-    return any((folder / name).is_file() for name in MARKS)
+    try:
+        return any((folder / name).is_file() for name in MARKS)
+    except OSError:  # a folder this user may not enter: not known to be one
+        return False
 
 
 def read(target: str) -> RunFiles:
@@ -83,6 +96,8 @@ def read(target: str) -> RunFiles:
     if not where.is_dir():
         folder = where.parent if _marked(where.parent) else "runs/train-20261124-010203"
         raise ConfigError(f"{target} is a file, not a run directory; give the folder, e.g. mldist status {folder}")
+    if shut := _shut(target):
+        return shut
     if not _marked(where):
         try:
             inside = sorted(str(p) for p in where.iterdir() if p.is_dir() and _marked(p))
@@ -93,12 +108,27 @@ def read(target: str) -> RunFiles:
         marks = f"{', '.join(MARKS[:-1])} or {MARKS[-1]}"
         why = "mldist run makes one per run, runs/<script>-<time>/, unless --no-run-dir"
         raise ConfigError(f"{target} is not a run directory: none of {marks} is there ({why}){held}")
-    summary = None
-    if (where / "summary.json").is_file():
-        summary = _json(where / "summary.json") or {}
-    config = _json(where / "config.json")
-    gone = summary is None and config is not None and _launcher_gone(config)
-    return RunFiles(target, config, summary, training.read(where), straggler_watch.status(where), gone)
+    problems: dict[str, str] = {}
+
+    def take(name: str, load: Callable[[], dict[str, Any] | None]) -> dict[str, Any] | None:
+        try:
+            return load()
+        except untrusted.Unusable as exc:  # there, but of no use: said, never taken for missing
+            problems[name] = str(exc)
+            return None
+
+    summary = take("summary.json", lambda: untrusted.load(where / "summary.json", SUMMARY_FIELDS))
+    config = take("config.json", lambda: untrusted.load(where / "config.json", CONFIG_FIELDS))
+    rec = take(training.FILE, lambda: training.load(where))
+    ended = summary is not None or "summary.json" in problems
+    gone = not ended and config is not None and _launcher_gone(config)
+    return RunFiles(target, config, summary, rec, straggler_watch.status(where), gone, problems)
+
+
+def _shut(target: str) -> RunFiles | None:
+    """The RunFiles of a directory this user may not read (another user's 0700 run), else None."""
+    why = untrusted.readable_dir(target)
+    return RunFiles(target, None, None, None, "", False, {FOLDER: f"{target} {why}"}) if why else None
 
 
 def _launcher_gone(config: Mapping[str, Any]) -> bool:
@@ -160,20 +190,34 @@ def line(run: RunFiles, now: float | None = None) -> str:
         now: the time (seconds since the epoch; default: now).
     """
     now = time.time() if now is None else now
-    config = run.config or {}
-    started = _when(config.get("started"), now)
-    if run.summary is not None:
-        head = _ending(run.summary, now)
-    elif run.launcher_gone:
-        pid = config["launcher"]["pid"]
-        head = f"GONE  its launcher (pid {pid}) is gone and left no summary.json (was it killed?)"
-    elif run.config is None:
-        head = "UNKNOWN  no config.json: not started by mldist run (RunLog's own, or a batch job's: mldist status JOB)"
-    else:
-        head = "RUNNING" + (f"  started {started}" if started else "")
-    ended = run.summary is not None or run.launcher_gone
+    left = dict(run.problems)
+    if FOLDER in left:  # nothing else can be known
+        return f"{run.path}  UNREADABLE  {left[FOLDER]}"
+    head = _head(run, left, now)
+    ended = run.summary is not None or "summary.json" in run.problems or run.launcher_gone
     if run.progress is not None:
         shown = "  " + training.describe(run.progress, now=now, ended=ended)
+    elif training.FILE in left:
+        shown = "  " + left.pop(training.FILE)
     else:
         shown = "" if ended else "  (no training progress yet)"
-    return f"{run.path}  {head}{shown}{run.slow}"
+    rest = "".join(f"; {why}" for why in left.values())  # a damaged config.json of a run that ended, say
+    return f"{run.path}  {head}{shown}{run.slow}{rest}"
+
+
+def _head(run: RunFiles, left: dict[str, str], now: float) -> str:
+    """The state and how or since when; the problem it says is taken out of ``left``."""
+    config = run.config or {}
+    if run.summary is not None:
+        return _ending(run.summary, now)
+    if "summary.json" in left:  # there: the run ended; how, its file cannot say
+        return f"ENDED  how is unknown: {left.pop('summary.json')}"
+    if run.launcher_gone:
+        pid = config["launcher"]["pid"]
+        return f"GONE  its launcher (pid {pid}) is gone and left no summary.json (was it killed?)"
+    if "config.json" in left:
+        return f"UNKNOWN  {left.pop('config.json')}"
+    if run.config is None:
+        return "UNKNOWN  no config.json: not started by mldist run (RunLog's own, or a batch job's: mldist status JOB)"
+    started = _when(config.get("started"), now)
+    return "RUNNING" + (f"  started {started}" if started else "")

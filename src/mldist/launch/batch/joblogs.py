@@ -9,12 +9,16 @@ Example::
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
+
+from ...base import untrusted
+from ...errors import ConfigError
 
 _RANK_LOG = re.compile(r"rank-([0-9]{1,7})\.log")
 #: An array task's directory (see ``render.array_lines``).
@@ -51,7 +55,9 @@ def log_sources(
 def _numbered(folder: Path, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
     """The entries of ``folder`` whose names match ``pattern`` (one number), by that number."""
     entries = []
-    if folder.is_dir():
+    if os.path.isdir(folder):
+        if why := untrusted.readable_dir(folder):  # another user's job: said, not taken for "no log yet"
+            raise ConfigError(f"{folder} {why}")
         for path in folder.iterdir():
             match = pattern.fullmatch(path.name)
             if match:
@@ -71,29 +77,43 @@ def _prefixed(text: str, prefix: str) -> str:
     return "".join(prefix + line for line in text.splitlines(keepends=True))
 
 
-def print_logs(sources: list[Source], out: IO[str] = sys.stdout) -> int:
-    """Print each existing source's lines with its prefix; how many sources existed."""
+def print_logs(sources: list[Source], out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
+    """Print each existing source's lines with its prefix; how many sources existed.
+
+    A log that is there but cannot be read (another user's, mode 0600) is one line on ``err`` naming it.
+    """
     found = 0
     for path, prefix in sources:
-        if path.is_file():
+        if os.path.isfile(path):
             found += 1
-            out.write(_prefixed(path.read_text(encoding="utf-8", errors="replace"), prefix))
+            try:
+                out.write(_prefixed(path.read_text(encoding="utf-8", errors="replace"), prefix))
+            except OSError as exc:
+                print(f"mldist logs: {path} cannot be read: {_why(path, exc)}", file=err, flush=True)
     out.flush()
     return found
+
+
+def _why(path: Path, exc: OSError) -> str:
+    return untrusted.denied(path) if isinstance(exc, PermissionError) else str(exc.strerror or exc)
 
 
 class _Tail:
     """Complete new lines of one file since the last call."""
 
     def __init__(self) -> None:
-        self.position, self.partial = 0, ""
+        self.position, self.partial, self.refused = 0, "", False
 
     def read(self, path: Path, final: bool) -> str:
-        if path.is_file():
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                fh.seek(self.position)
-                self.partial += fh.read()
-                self.position = fh.tell()
+        if os.path.isfile(path) and not self.refused:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    fh.seek(self.position)
+                    self.partial += fh.read()
+                    self.position = fh.tell()
+            except OSError as exc:  # said once; the other logs go on
+                self.refused = True
+                print(f"mldist logs: {path} cannot be read: {_why(path, exc)}", file=sys.stderr, flush=True)
         if final:  # the job is over: a last line without a newline is printed too
             text, self.partial = self.partial, ""
             return text

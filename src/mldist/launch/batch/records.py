@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...base import envvalues
+from ...base import envvalues, untrusted
 from ...base.files import atomic_write, current_umask, make_dirs
 from ...errors import ConfigError, LaunchError
 from .render import render
@@ -220,10 +220,14 @@ def load_record(job_id: str, env: Mapping[str, str] | None = None) -> JobRecord:
     """The record of a job this user submitted with mldist."""
     path = _index_path(job_id, env)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        text = untrusted.read_text(path)
+    except untrusted.Unusable as exc:  # another user's index, or not text: said, not taken for "no such job"
+        raise ConfigError(f"the record {exc}") from None
+    if text is None:
         raise ConfigError(f"no job {job_id!r} was submitted with mldist here (see 'mldist status')") from None
-    except ValueError:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         raise ConfigError(f"the record {path} is damaged; remove it") from None
     return _record_from(data, path)
 
@@ -250,7 +254,7 @@ def _record_from(data: object, path: Path) -> JobRecord:
     command, tasks = data.get("command"), data.get("tasks", 0)
     if not (isinstance(command, list) and all(isinstance(c, str) for c in command)):
         raise damaged
-    if not isinstance(tasks, int) or isinstance(tasks, bool) or tasks < 0:
+    if not untrusted.COUNT.ok(tasks) or not untrusted.UNIX_TIME.ok(data["submitted_at"]):
         raise damaged
     if data["scheduler"] not in SCHEDULERS:
         raise damaged
@@ -260,6 +264,8 @@ def _record_from(data: object, path: Path) -> JobRecord:
 def list_records(env: Mapping[str, str] | None = None) -> list[JobRecord]:
     """All recorded jobs, oldest first."""
     folder = state_dir(env) / "jobs"
+    if os.path.isdir(folder) and (why := untrusted.readable_dir(folder)):
+        raise ConfigError(f"the job index {folder} {why}; {_state_setting(env if env is not None else os.environ)}")
     records = []
     for path in folder.glob("*.json") if folder.is_dir() else []:
         try:
