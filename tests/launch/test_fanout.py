@@ -96,7 +96,9 @@ def test_tcp_screen_tells_answering_refusing_and_unknown_hosts_apart() -> None:
             "127.0.0.1": f"connect to host 127.0.0.1 port {refused}: Connection refused"
         }
     said = fanout.tcp_screen(["no-such-host.invalid"], 22, 5, 8)
-    assert said == {"no-such-host.invalid": "ssh: Could not resolve hostname no-such-host.invalid: Name or service not known"}
+    assert said == {
+        "no-such-host.invalid": "ssh: Could not resolve hostname no-such-host.invalid: Name or service not known"
+    }
 
 
 def test_run_all_keeps_its_window_codes_words_and_timeouts() -> None:
@@ -180,3 +182,21 @@ def test_silent_hosts_names_a_missing_ssh_in_words() -> None:
     said = silent_hosts(["n1"], {"PRTE_MCA_plm_ssh_agent": "/nonexistent/ssh"}, 2)
     assert said == {"n1": "host n1: ssh does not run (/nonexistent/ssh: No such file or directory); set "
                            "PRTE_MCA_plm_ssh_agent"}  # fmt: skip
+
+
+def test_growing_the_world_asks_only_the_new_hosts(tmp_path: Path) -> None:
+    """The round's own hosts just left together at a commit: known good, not asked again (before: all)."""
+    from mldist.launch.config import ElasticConfig, RunConfig
+    from mldist.launch.elastic import grow
+
+    agent, log, listed = tmp_path / "agent", tmp_path / "asked", tmp_path / "discover"
+    agent.write_text(f'#!/bin/sh\nfor a in "$@"; do prev="$host"; host="$a"; done\necho "$prev" >> {log}\n')
+    listed.write_text("#!/bin/sh\nprintf 'hx1:1\\nhx2:1\\nhx3:1\\n'\n")
+    for script in (agent, listed):
+        script.chmod(0o755)
+    elastic = ElasticConfig(min_np=2, max_np=3, timeout=0, discovery=str(listed))
+    hosts = (("hx1", 1), ("hx2", 1))
+    cfg = RunConfig(nprocs=2, command=("python",), hosts=hosts, elastic=elastic, run_dir=str(tmp_path))
+    nxt, done = grow(cfg, {"PRTE_MCA_plm_ssh_agent": str(agent), "PATH": os.environ["PATH"]}, 1, seen_at=0.0)
+    assert nxt is not None and nxt.nprocs == 3 and done.joined == ["hx3"]
+    assert log.read_text().split() == ["hx3"]

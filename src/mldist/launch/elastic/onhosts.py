@@ -41,10 +41,11 @@ from ...base import envvalues, rejoin
 from ...base.files import atomic_write
 from ...errors import LaunchError
 from ...placement.hostlist import HOST_NAME, host_entry
+from .. import fanout
 from ..config import ElasticConfig, RunConfig
 from ..hosts import ssh_agent as _agent
 from ..procs import ended_at, say
-from .supervisor import Reform, named, probe
+from .supervisor import Reform, named
 
 Hosts = tuple[tuple[str, int], ...]
 
@@ -55,6 +56,8 @@ LOST_DAEMON = re.compile(r"Remote daemon:\s+\S+ on node (\S+)|^\s*Remote host:\s
 FAILED_ON = re.compile(r"mldist run: rank [0-9]+ (?:exited with code|was killed by) .* on (\S+)")
 #: Seconds one reachability probe may take, and between probes while too few hosts answer.
 PROBE_TIMEOUT, PROBE_EVERY = 10.0, 3.0
+#: Seconds a probe's connection and handshake may take (ssh's ConnectTimeout; a TCP connect's too).
+PROBE_CONNECT = 5.0
 #: Seconds the discovery script may take, and between two of its runs during a round.
 DISCOVERY_TIMEOUT, DISCOVER_EVERY = 10.0, 1.0
 
@@ -164,15 +167,23 @@ def ssh_agent(env: Mapping[str, str]) -> list[str]:
         >>> ssh_agent({"PRTE_MCA_plm_ssh_agent": "ssh -F /t/cfg"})[:3]
         ['ssh', '-F', '/t/cfg']
     """
-    return _agent(env, connect_timeout=5)
+    return _agent(env, connect_timeout=PROBE_CONNECT)
 
 
 def answering(
     hosts: Sequence[str], env: Mapping[str, str], timeout: float = PROBE_TIMEOUT, command: str = "true"
 ) -> dict[str, bool]:
-    """Whether each host runs ``command`` (``true``) over ssh within ``timeout`` (asked in parallel)."""
-    agent = ssh_agent(env)
-    return probe(hosts, lambda host: [*agent, host, command], env, lambda _: timeout)
+    """Whether each host runs ``command`` (``true``) over ssh within ``timeout``: thousands at once, as the
+    check before the start asks them (:func:`mldist.launch.hosts.silent_hosts`): a TCP connect finds the
+    silent ones, ssh runs in a window on the rest, each host with its own ``timeout``."""
+    agent, limit = ssh_agent(env), fanout.soft_limit()
+    port = fanout.direct_port(agent, hosts, env)
+    connect = min(timeout, PROBE_CONNECT)  # ssh's own ConnectTimeout in the agent
+    silent = {} if port is None else fanout.tcp_screen(hosts, port, connect, fanout.window(len(hosts), limit))
+    rest = [host for host in hosts if host not in silent]
+    most = fanout.window(len(rest), limit, fanout.SSH_WINDOW)
+    ran = fanout.run_all(rest, lambda host: [*agent, host, command], env, timeout, most)
+    return {host: host not in silent and ran[host][0] == 0 for host in hosts}
 
 
 def lost_hosts(
@@ -274,7 +285,9 @@ def grow(cfg: RunConfig, env: Mapping[str, str], count: int, seen_at: float) -> 
     except LaunchError as exc:
         say(f"{exc}; going on with the same hosts")
         pool = cfg.hosts
-    silent = [h for h, ok in answering([h for h, _ in pool], env).items() if not ok]
+    # Only the hosts new to the world: the round's own just left together at a commit, known good.
+    new = [h for h, _ in pool if h not in {host for host, _ in cfg.hosts}]
+    silent = [h for h, ok in answering(new, env).items() if not ok]
     nxt = plan(pool, silent, elastic.min_np, elastic.max_np) or plan(cfg.hosts, [], elastic.min_np, elastic.max_np)
     assert nxt is not None  # the round's own hosts were enough
     hosts, n = nxt

@@ -3,17 +3,18 @@
 Both elastic worlds run this loop: ``mldist run -H ... --min-np`` (:mod:`.onhosts`: mpiexec over ssh,
 hosts probed with ssh ``true``) and an elastic Slurm job (:mod:`.slurm`: srun steps, nodes probed with a
 one-task ``true`` step). As in torch elastic's agent, a side gives five hooks: ``start`` a round,
-``monitor`` it to its end or to the first sign of trouble, ``probe`` its hosts after a failure (each
-side through :func:`probe`, the one bound on how long a host may take to answer), ``stop`` what is
+``monitor`` it to its end or to the first sign of trouble, ``probe`` its hosts after a failure (Slurm
+through :func:`probe`; hosts through :mod:`mldist.launch.fanout`'s window: thousands at once), ``stop`` what is
 left of it, and ``recover``: decide the next world (a :class:`Reform`) or the end. The loop moves a
 :class:`WorkerState` along :data:`MOVES` and returns an all-or-nothing :class:`RunResult`: one code
 for the whole world and every re-forming, recorded the same way on both sides
 (``summary.json["elastic"]["reforms"]`` of both at the end; a Slurm job also keeps ``elastic.json`` up to
 date while it runs).
 
-A frozen host is declared lost within the bound that each side's probe gives :func:`probe` (ssh's
-fixed :data:`.onhosts.PROBE_TIMEOUT`; Slurm's pace-based :func:`.slurm.probe_limit`): the one place
-to change how long a silent host is waited for. The round it froze in ends first: on hosts by ssh's
+A frozen host is declared lost within the bound that each side's probe gives (ssh's fixed
+:data:`.onhosts.PROBE_TIMEOUT`, each host from its own start; Slurm's pace-based :func:`.slurm.probe_limit`
+through :func:`probe`): the one place on each side to change how long a silent host is waited for.
+The round it froze in ends first: on hosts by ssh's
 keepalives or the stall watch, mpiexec killed if it still waits for the frozen daemon
 (:mod:`mldist.launch.remote`); under Slurm by srun's report of the ranks the stall watch ended.
 
