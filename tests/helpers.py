@@ -7,6 +7,7 @@ Importable from every test folder as ``from helpers import ...`` (``pythonpath``
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -236,3 +237,29 @@ class Probe:
     def __call__(self) -> Any:
         self.calls += 1
         return self.world
+
+
+def small_disk(where: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of ``size`` (``200k``, ``8m``) mounted at ``where`` for a test, unmounted after it: a disk
+    that fills. Needs root (skipped without; CI must run these tests)."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(where)],
+                             capture_output=True, text=True)  # fmt: skip
+    if mounted.returncode != 0:
+        reason = f"a small tmpfs needs root and mount ({mounted.stderr.strip()})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; CI must run these tests")
+        pytest.skip(reason)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(disk: Path, leave: int = 0) -> None:
+    """Fill ``disk`` (a :func:`small_disk`) with one file until at most ``leave`` bytes are free."""
+    free = shutil.disk_usage(disk).free - leave
+    with contextlib.suppress(OSError), open(disk / "filler", "wb") as fh:
+        fh.write(bytes(max(free, 0)))
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -113,17 +113,25 @@ def atomic_write_with(path: Path, write: Callable[..., object], mode: int | None
         path: destination (its parent must exist).
         write: called with the open temporary file.
         mode: permission bits of the new file, less the umask (default 0o666).
+
+    A write that fails (``OSError``: a full disk, ``ENOSPC``) raises after removing the temporary
+    file; ``path`` is then as it was.
     """
     tmp = temp_name(path)
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()  # left by a crashed process with our pid: it may have other permissions
     # O_EXCL: a new file of ours (never a planted file or symlink), created with the mode less the umask.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666 if mode is None else mode)
-    with open(fd, "wb") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, a quota, an interrupt: no half-written temporary file stays behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     fsync_dir(path.parent)
     return path
 

@@ -34,6 +34,7 @@ from ..errors import LaunchError
 from ..placement import engines, handed
 from ..placement.resources import cpu_probe
 from .netns import PrivateNetwork
+from .output import RunLogs, Sink, is_terminal, tidy
 from .procs import cpu_sets, first_failure, say, worker_env
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def pump(
     out: IO[bytes],
     lock: threading.Lock,
     verbose: bool = True,
-    tee: IO[bytes] | None = None,
+    tee: Sink | None = None,
     on_error: Callable[[], None] | None = None,
 ) -> None:
     """Copy lines from ``source()`` to ``out`` with ``prefix``, whole lines at a time.
@@ -68,25 +69,34 @@ def pump(
     ``tee`` (the run directory's ``rank-R.log``) gets every line too, without the prefix.
     ``on_error`` is called for each ``mldist: error`` line (the worker's own last words got through).
     When ``out``'s reader leaves (``mldist run ... | head``), the pump goes on reading, so that the
-    worker never blocks on a full pipe, and ``tee`` still gets every line.
+    worker never blocks on a full pipe, and ``tee`` still gets every line. A line redrawn with ``\\r`` (a
+    progress bar) is relayed as its last state, and without colour codes where ``out`` is no terminal
+    (``tee`` never gets them): :func:`mldist.launch.output.tidy`.
     """
-    stream, reader_left = source(), False
-    for line in iter(stream.readline, b""):
-        if not verbose and STARTUP_NOISE.search(line):
+    stream, reader_left, colour = source(), False, is_terminal(out)
+    for raw in iter(stream.readline, b""):
+        if not verbose and STARTUP_NOISE.search(raw):
             continue
-        if on_error is not None and line.startswith(ERROR_LINE):
+        if on_error is not None and raw.startswith(ERROR_LINE):
             on_error()
+        line = tidy(raw if raw.endswith(b"\n") else raw + b"\n", colour)
         with lock:
             if not reader_left:
                 try:
-                    out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+                    out.write(prefix + line)
                     out.flush()
                 except BrokenPipeError:
                     reader_left = True  # nothing more to show; the run goes on and ends with its own code
+                except OSError:  # the user's own output file is full: the run goes on all the same
+                    reader_left = True
             if tee is not None:
-                with contextlib.suppress(ValueError):  # closed by finish() while a straggler still writes
-                    tee.write(line if line.endswith(b"\n") else line + b"\n")
+                try:
+                    tee.write(tidy(line, colour=False) if colour else line)
                     tee.flush()
+                except ValueError:  # closed by finish() while a straggler still writes
+                    pass
+                except OSError:  # a full disk: the output is the job's own, never what ends it
+                    tee = None
     stream.close()
 
 
@@ -118,7 +128,8 @@ class Group(ABC):
         self.handed = handed.sent(decided, engines.requested_engine(asked, env)) if decided is not None else ""
         #: Each rank's last words (``note-R``), in a directory only this user can read.
         self.notes = tempfile.mkdtemp(prefix="mldist-notes-")
-        self.tees: dict[int, IO[bytes]] = {}
+        #: The run directory's ``rank-R.log`` files (a full disk stops them, said once; the run goes on).
+        self.run_logs = RunLogs(cfg.run_dir, cfg.nprocs)
         self.said: set[int] = set()  # ranks whose own output showed their "mldist: error" line
         self.run_id = uuid.uuid4().hex[:12]
         self.procs: list[Worker] = []
@@ -182,11 +193,10 @@ class Group(ABC):
             if not words or rank in self.said:
                 continue
             with self.lock:
-                sys.stderr.buffer.write(f"[{rank}] {words}\n".encode())
-                sys.stderr.buffer.flush()
-                if rank in self.tees:
-                    with contextlib.suppress(ValueError):
-                        self.tees[rank].write(f"{words}\n".encode())
+                with contextlib.suppress(OSError):
+                    sys.stderr.buffer.write(f"[{rank}] {words}\n".encode())
+                    sys.stderr.buffer.flush()
+                self.run_logs.write(rank, f"{words}\n".encode())
 
     def cpu_sets(self) -> list[list[int]] | None:
         """Per-rank CPU sets for ``--cpu-bind cores``, else None."""
@@ -195,11 +205,7 @@ class Group(ABC):
     def add_pumps(self, rank: int, stdout: Callable[[], IO[bytes]], stderr: Callable[[], IO[bytes]]) -> None:
         """Relay a worker's stdout and stderr, each line prefixed ``[rank]``."""
         prefix = f"[{rank}] ".encode()
-        tee = None
-        if self.cfg.run_dir:  # the run directory's copy, unprefixed
-            tee = open(os.path.join(self.cfg.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
-            self.logs.append(tee)
-            self.tees[rank] = tee
+        tee = self.run_logs.log(rank) if self.cfg.run_dir else None  # the run directory's copy, unprefixed
         for src, dst in ((stdout, sys.stdout.buffer), (stderr, sys.stderr.buffer)):
             args = (src, prefix, dst, self.lock, self.cfg.verbose, tee, lambda r=rank: self.said.add(r))
             t = threading.Thread(target=pump, args=args, daemon=True)
@@ -265,8 +271,10 @@ class Group(ABC):
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         self.show_last_words()
         shutil.rmtree(self.notes, ignore_errors=True)
+        self.run_logs.close()
         for log in self.logs:
-            log.close()
+            with contextlib.suppress(OSError):
+                log.close()
         net = getattr(self, "net", None)
         if net is not None:
             net.close()

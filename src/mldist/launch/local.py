@@ -102,7 +102,8 @@ def run(cfg: RunConfig) -> int:
         if record is not None:
             reformed = [r.record() for r in supervisor.reforms]
             procs = current[-1].procs if current else []
-            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed)
+            dropped = sorted({name for g in current for name in g.run_logs.dropped})
+            record.end(code, procs, max(len(current) - 1, 0), received, rounds.never, reformed, dropped)
 
 
 class _Rounds:

@@ -327,12 +327,7 @@ class RemoteGroup(Group):
         self.ranks_said = self.ranks_said or match is not None
         if match is None or not self.cfg.run_dir:
             return
-        rank = int(match.group(1))
-        if rank not in self.tees:
-            self.tees[rank] = open(os.path.join(self.cfg.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
-            self.logs.append(self.tees[rank])
-        with contextlib.suppress(ValueError):
-            self.tees[rank].write(match.group(2))
+        self.run_logs.write(int(match.group(1)), match.group(2))  # a full disk stops the logs, not the run
 
     def _elastic(self, text: str) -> None:
         """An elastic run: keep the lines that name lost hosts; time the first resume after a re-forming."""

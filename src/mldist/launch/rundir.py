@@ -45,6 +45,12 @@ from ..errors import MldistError
 from ..placement import backend
 from ..placement.resources import thread_plan
 
+#: Seconds before summary.json is tried again after a failed write (a full disk).
+RETRY_SECONDS = 1.0
+#: The space kept for summary.json (and a config.json the start could not write) from the start to the end:
+#: a fixed part and a part per rank (a summary lists each rank's exit code, speed and step time).
+RESERVE, RESERVE_BYTES, RESERVE_PER_RANK = ".summary-space", 16384, 128
+
 if TYPE_CHECKING:
     from .config import RunConfig
     from .groups import Worker
@@ -215,6 +221,10 @@ def status_of(code: int | None, signals: Sequence[int]) -> str:
     return "stopped" if any(s in stopping for s in signals) else "failed"
 
 
+def _say(message: str) -> None:
+    print(f"mldist run: {message}", file=sys.stderr, flush=True)
+
+
 class Record:
     """The run directory of one ``mldist run``: config.json now, summary.json at :meth:`end`.
 
@@ -240,10 +250,40 @@ class Record:
                 stale.unlink()  # a reused directory: reports of an earlier run would be merged
         self.config = config_record(cfg, started_by, env)
         self.config["run_dir"] = str(self.path)
-        write_json(self.path / "config.json", self.config)
         print(f"mldist run: run directory {cfg.run_dir}", file=sys.stderr, flush=True)
+        #: Whether config.json is on disk (a full disk: tried again at the end).
+        failed = self._write("config.json", self.config)
+        self.configured = not failed
+        if failed:
+            _say(f"config.json not written in {self.path} ({failed}); the run goes on; tried again at the end")
+        self._reserve(RESERVE_BYTES + RESERVE_PER_RANK * cfg.nprocs)
         if cfg.log_dir:
             self._link_logs(Path(cfg.log_dir).resolve())
+
+    def _reserve(self, size: int) -> None:
+        """Keep ``size`` bytes of the run directory's disk for summary.json (freed at :meth:`end`): a disk
+        that the run's own output fills still takes the summary."""
+        try:
+            with open(self.path / RESERVE, "wb") as fh:
+                fh.write(bytes(size))
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError:  # full already: the summary is tried all the same
+            with contextlib.suppress(OSError):
+                (self.path / RESERVE).unlink()
+
+    def _write(self, name: str, data: Mapping[str, Any], tries: int = 1) -> str:
+        """Write ``name`` in the run directory: "" when done, else why not (a full disk); never raises."""
+        why = ""
+        for attempt in range(tries):
+            try:
+                write_json(self.path / name, data)
+                return ""
+            except OSError as exc:
+                why = exc.strerror or str(exc)
+                if attempt + 1 < tries:
+                    time.sleep(RETRY_SECONDS)  # space freed meanwhile (a purge, another job's end) is used
+        return why
 
     def _link_logs(self, log_dir: Path) -> None:
         """With ``--log-dir`` the workers write there directly: link each rank's log from the run directory."""
@@ -264,11 +304,14 @@ class Record:
         signals: Sequence[int],
         never: str = "",
         reforms: Sequence[Mapping[str, Any]] = (),
-    ) -> Path:
-        """Write summary.json: how the run ended and what the workers reported; its path.
+        dropped: Sequence[str] = (),
+    ) -> Path | None:
+        """Write summary.json: how the run ended and what the workers reported; its path (None: not written).
 
         ``never``: the launcher's line when the workers never formed a group ("" when they did).
         ``reforms``: an elastic run's re-formings (:class:`mldist.launch.elastic.Reform`), in order.
+        ``dropped``: the run directory's files that stopped on a failed write (a full disk).
+        A summary that cannot be written (a full disk) is tried once more, then said in one line.
         """
         error = sys.exc_info()[1]  # set when the launcher itself failed (called from a finally block)
         summary: dict[str, Any] = {
@@ -291,4 +334,15 @@ class Record:
             summary["elastic"] = dataclasses.asdict(self.cfg.elastic) | {"reforms": list(reforms)}
         if isinstance(error, MldistError):
             summary["error"] = str(error)
-        return write_json(self.path / "summary.json", summary)
+        if dropped:
+            summary["dropped"] = list(dropped)
+        with contextlib.suppress(OSError):
+            (self.path / RESERVE).unlink()
+        missing = [] if self.configured or not self._write("config.json", self.config) else ["config.json"]
+        failed = self._write("summary.json", summary, tries=2)
+        if failed:
+            missing.append("summary.json")
+            _say(f"{' and '.join(missing)} not written in {self.path} ({failed}); the run ended with code {code}")
+        elif missing:
+            _say(f"config.json not written in {self.path} (its disk is still full)")
+        return None if failed else self.path / "summary.json"
