@@ -54,3 +54,12 @@ def test_running_is_the_started_engine_and_needs_init(monkeypatch: pytest.Monkey
     assert engine.running() is engine.SOLO
     monkeypatch.setattr(STATE, "engine", engine.get("ring"))
     assert engine.running() is engine.get("ring")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_engines_with_host_collectives_take_numpy_without_tensorflow(name: str) -> None:
+    """RING and NCCL are TensorFlow's own collectives (no host ones); the others reduce numpy arrays as such."""
+    host = engine.get(name).host
+    assert (host is None) == (name in ("ring", "nccl"))
+    if name == "none":
+        assert host.allreduce(["a"], "sum") == ["a"] and host.allgather("v", 1) == "v"

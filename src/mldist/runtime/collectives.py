@@ -3,7 +3,9 @@
 Tensors are fused into buckets: one collective per dtype per bucket. With
 one worker every function is an identity and adds no collective op. In eager
 code the collective runs through a cached ``tf.function`` (MWMS is slow
-eagerly); inside a ``tf.function`` it is traced in place.
+eagerly); inside a ``tf.function`` it is traced in place. numpy arrays and Python
+numbers come back as they went in, without TensorFlow, on every engine but RING and NCCL
+(:mod:`mldist.runtime.host_values`).
 
 Example::
 
@@ -20,8 +22,10 @@ import logging
 import zlib
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError, UnsupportedError
-from . import compat, subsets
+from . import compat, host_values, subsets
 from . import worker as runtime
 from .buckets import (
     COMPRESSION_ON_JAX,
@@ -32,6 +36,7 @@ from .buckets import (
     check_compression,
     plan_buckets,
 )
+from .context import Context
 from .engine import NO_SUBGROUPS, Engine, running
 from .failures import Deferred, mismatch
 
@@ -62,9 +67,28 @@ def engine() -> Engine:
 
 def world() -> tuple[int, int]:
     """(size, rank) of the ranks collectives run over now: the active subset's, else the world's."""
+    _, size, rank = _world()
+    return size, rank
+
+
+def _world() -> tuple[Context, int, int]:
+    """This worker's context (``init``'s, started once here), then :func:`world`'s (size, rank)."""
     ctx = runtime.init()
     subset = subsets.active()
-    return (ctx.size, ctx.rank) if subset is None else (subset.size(), subset.index(ctx.rank))
+    return (ctx, ctx.size, ctx.rank) if subset is None else (ctx, subset.size(), subset.index(ctx.rank))
+
+
+def _on_host(values: Any, call: Any, n: int) -> tuple[bool, Any]:
+    """(True, ``call(host collectives, arrays)`` rebuilt in the caller's types) where ``values`` are numpy arrays
+    or Python numbers and the engine has host collectives (:mod:`mldist.runtime.host_values`); else (False, None)."""
+    split = host_values.split(values)
+    if split is None:
+        return False, None
+    host = engine().host
+    if host is None:  # RING, NCCL: TensorFlow's own collectives take them as tensors
+        return False, None
+    flat, rebuild = split
+    return True, rebuild(call(host, flat) if n > 1 else flat)
 
 
 def _fuse(flat: list[Any], bucket_bytes: int) -> tuple[list[Bucket], list[Any]]:
@@ -198,7 +222,6 @@ def _host(tensors: Any, call: Any) -> Any:
     and preemption, eagerly, so every value comes back as a numpy array.
     """
     import jax
-    import numpy as np
 
     leaves, tree = jax.tree_util.tree_flatten(tensors)
     flat = [np.asarray(leaf) for leaf in leaves]
@@ -208,8 +231,6 @@ def _host(tensors: Any, call: Any) -> Any:
 
 
 def _host_reduce(op: str, n: int) -> Any:
-    import numpy as np
-
     def call(eng: Engine, flat: list[Any]) -> list[Any]:
         if op == "mean":
             for a in flat:
@@ -242,8 +263,12 @@ def allreduce(
         total = mldist.allreduce(tf.constant(n), op="sum")
     """
     _check(op, bucket_bytes, compression)
-    n, _ = world()
-    if not runtime.init().decision.traits.runs_tensorflow:
+    ctx, n, _ = _world()
+    if compression is None:  # (a 16-bit wire is TensorFlow's cast: compressed values go as tensors)
+        done, out = _on_host(tensors, _host_reduce(op, n), n)
+        if done:
+            return out
+    if not ctx.decision.traits.runs_tensorflow:
         if compression is not None:  # the host engine sends numpy arrays as they are: no 16-bit wire there
             why = "values travel between the hosts as numpy arrays in their own dtype there"
             raise UnsupportedError(COMPRESSION_ON_JAX.format(compression=compression, why=why))
@@ -281,10 +306,13 @@ def broadcast(tensors: Any, root: int = 0, *, bucket_bytes: int = DEFAULT_BUCKET
 
         values = mldist.broadcast([v.value() for v in model.weights], root=0)
     """
-    n, me = world()
+    ctx, n, me = _world()
     if not 0 <= root < n:
         raise ConfigError(f"root={root} is not a rank of this world of {n}")
-    if not runtime.init().decision.traits.runs_tensorflow:
+    done, out = _on_host(tensors, lambda eng, flat: eng.broadcast(flat, root, me), n)
+    if done:
+        return out
+    if not ctx.decision.traits.runs_tensorflow:
         return _host(tensors, lambda eng, flat: eng.broadcast(flat, root, me))
     tf = _tf()
     structure, flat = _as_tensors(tensors)
@@ -312,10 +340,14 @@ def allgather(tensor: Any) -> Any:
 
         labels = mldist.allgather(local_labels)   # [sum of local lengths, ...]
     """
-    n, _ = world()
-    if not runtime.init().decision.traits.runs_tensorflow:
-        import numpy as np
-
+    ctx, n, _ = _world()
+    if isinstance(tensor, list | tuple) and host_values.split(tensor) is not None:
+        tensor = np.asarray(tensor)  # one array, as tf.convert_to_tensor takes it
+    if isinstance(tensor, np.ndarray | np.generic | int | float | complex) and engine().host is not None:
+        if np.ndim(tensor) < 1:
+            raise ConfigError(f"allgather needs a tensor of rank >= 1, got shape {np.shape(tensor)}")
+        return _on_host(tensor, lambda eng, flat: [eng.allgather(flat[0], n)], n)[1]
+    if not ctx.decision.traits.runs_tensorflow:
         if np.ndim(tensor) < 1:
             raise ConfigError(f"allgather needs a tensor of rank >= 1, got shape {np.shape(tensor)}")
         return _host(tensor, lambda eng, flat: [eng.allgather(flat[0], n)])

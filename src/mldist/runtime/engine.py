@@ -10,7 +10,7 @@ those, never the engine's name. One process has the :data:`SOLO` engine: no coll
 
 Example::
 
-    eng = get("mpi")                      # mldist.runtime.mpi_engine.ENGINE
+    eng = get("mpi")                      # mldist.runtime.mpi_host.engine("mpi")
     strategy, workers = eng.start(tf, placement)
     total, = eng.allreduce([tf.constant([1.0, 2.0])], "sum")
 """
@@ -72,6 +72,13 @@ class Engine(Protocol):
     #: a rank that leaves alone must not reach it (:func:`mldist.runtime.leave.at_exit`).
     waits_at_exit: bool
 
+    @property
+    def host(self) -> Any:
+        """Its collectives on numpy arrays, without TensorFlow (``allreduce(arrays, op)``, ``broadcast(arrays, root,
+        rank)``, ``allgather(array, size)``: same shapes and dtypes back), or None where the engine is
+        TensorFlow's own (RING, NCCL): a numpy script then starts TensorFlow (:mod:`mldist.runtime.tf_start`)."""
+        ...
+
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """Join the other workers; the tf.distribute strategy (or None) and the workers' addresses."""
         ...
@@ -127,6 +134,11 @@ class Solo:
     xla_safe = False  # as on the CPU engines: a script that works alone works on 2 workers
     late_strategy = False
     waits_at_exit = False
+
+    @property
+    def host(self) -> Solo:
+        """Itself: its collectives take numpy arrays as they take anything."""
+        return self
 
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """Nothing to join."""
@@ -197,7 +209,7 @@ class WholeWorld:
         raise UnsupportedError(NO_SUBGROUPS.format(name=self.name))
 
 
-_MODULES = {"mpi": "mpi_engine", "ring": "tf_engine", "nccl": "tf_engine", "jax": "jax_engine"}
+_MODULES = {"mpi": "mpi_host", "ring": "tf_engine", "nccl": "tf_engine", "jax": "jax_engine"}
 _ENGINES: dict[str, Engine] = {SOLO.name: SOLO}
 
 

@@ -143,6 +143,11 @@ class JaxEngine(WholeWorld):
     #: Whether ``start`` formed JAX's group (False when the script formed it first: ``adopt``).
     formed = False
 
+    @property
+    def host(self) -> JaxEngine:
+        """Itself: its collectives take and give numpy arrays."""
+        return self
+
     def prepare(self, placement: Placement, plan: ThreadPlan, env: Mapping[str, str]) -> int | None:
         """Before JAX starts: thread and collective settings; the pinned GPU (or None)."""
         os.environ["XLA_FLAGS"] = xla_flags(os.environ.get("XLA_FLAGS", ""), plan)

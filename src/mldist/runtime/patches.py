@@ -75,6 +75,13 @@ PATCHES: tuple[Patch, ...] = (
         "mldist.init() on TensorFlow",
     ),
     Patch(
+        "sys.meta_path: TensorFlow on import",
+        "mldist.runtime.tf_start.later",
+        "a script that calls mldist.init() before it imports TensorFlow gets the thread pools and autograph's "
+        "rule when it does; importing TensorFlow in init would cost a numpy worker ~30,000 file-system calls",
+        "mldist.init() on KERAS_BACKEND=tensorflow when the script has not imported TensorFlow or Keras",
+    ),
+    Patch(
         "PYTHONPATH: a sitecustomize",
         "mldist.runtime.startup.fill (runtime/hook/sitecustomize.py)",
         "the ranks of a batch job, which the launcher cannot reach one by one, get RANK, WORLD_SIZE, "
@@ -264,6 +271,23 @@ def _jax_distributed(module: ModuleType, marks: Marks) -> None:
     defaults = jax_init.with_cluster_defaults(module.initialize, os.environ)  # type: ignore[attr-defined]
     module.initialize = _marked(defaults, marks)  # type: ignore[attr-defined]
     _record("jax.distributed.initialize: cluster defaults")
+
+
+def tensorflow_on_import(then: Callable[[ModuleType], None]) -> None:
+    """``then(tensorflow)`` once the script imports TensorFlow (:class:`AfterImport`); at once if it is imported.
+
+    Args:
+        then: what ``init`` would have done to TensorFlow (:func:`mldist.runtime.tf_start.later`).
+    """
+    if _TENSORFLOW in sys.modules:
+        then(sys.modules[_TENSORFLOW])
+    elif not any(isinstance(f, AfterImport) and f.name == _TENSORFLOW for f in sys.meta_path):
+        sys.meta_path.insert(0, AfterImport(_TENSORFLOW, then))
+        _record("sys.meta_path: TensorFlow on import")
+
+
+#: The module :func:`tensorflow_on_import` waits for (a module's name here, not the backend's).
+_TENSORFLOW = "tensorflow"
 
 
 def autograph_leaves_mldist() -> None:

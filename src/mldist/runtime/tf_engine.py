@@ -233,6 +233,7 @@ class TfEngine(WholeWorld):
     """TensorFlow's engines behind the runtime's engine interface (:class:`mldist.runtime.engine.Engine`)."""
 
     in_place = False  # TensorFlow's collectives return new tensors
+    host = None  # its collectives are TensorFlow ops: numpy arrays go in as tensors
     late_strategy = False  # the strategy is the engine
     waits_at_exit = False
     # The collectives are this module's functions.

@@ -28,13 +28,12 @@ from ..placement import Placement, backend, build_cluster_spec, detect, engines,
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import (
     ThreadPlan,
-    choose_gpu,
     cpu_probe,
     idle_gpus_warning,
     openmp_defaults,
     thread_plan,
 )
-from . import engine, leave, patches, stall, startup, watchdog
+from . import engine, leave, patches, stall, startup, tf_start, watchdog
 from .context import STATE, Context, Settings, context, current, is_chief, local_rank, local_size, rank, size
 
 __all__ = [
@@ -50,39 +49,6 @@ __all__ = [
     "strategy",
     "warn_idle_gpus",
 ]
-
-
-def _apply_threads(tf: Any, plan: ThreadPlan, soft_placement: bool | None) -> None:
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(plan.intra_op)
-        tf.config.threading.set_inter_op_parallelism_threads(plan.inter_op)
-        if soft_placement is not None:  # the guides' ConfigProto(allow_soft_placement=True)
-            tf.config.set_soft_device_placement(soft_placement)
-    except RuntimeError:
-        warnings.warn(
-            "mldist.init() came after TensorFlow started running ops; thread pools "
-            "were left as they are. Call mldist.init() first.",
-            stacklevel=3,
-        )
-
-
-def _pin_gpu(tf: Any, spec: Placement) -> int | None:
-    gpus = tf.config.list_physical_devices("GPU")
-    # One process per node keeps all its GPUs (MirroredStrategy uses them).
-    keep_all = spec.local_size == 1 and len(gpus) > 1
-    chosen = None if keep_all else choose_gpu(len(gpus), spec.local_rank, spec.local_size)
-    try:
-        if chosen is not None:
-            tf.config.set_visible_devices([gpus[chosen]], "GPU")
-        for gpu in [gpus[chosen]] if chosen is not None else gpus:
-            tf.config.experimental.set_memory_growth(gpu, True)
-    except RuntimeError:
-        warnings.warn(
-            "mldist.init() came after TensorFlow initialised its GPUs; every GPU stays "
-            "visible. Call mldist.init() before building models.",
-            stacklevel=3,
-        )
-    return chosen
 
 
 def _say(message: str, rank: int) -> None:
@@ -123,13 +89,13 @@ def decide_here(
     )
 
 
-def _collectives(
-    tf: Any, placement: Placement, requested: str, has_gpu: bool, keras: str
-) -> tuple[Any, engines.Decision, tuple[str, ...]]:
-    """Decide, then start and watch the engine of 2+ workers; (strategy, decision, workers)."""
-    decision = decide_here(placement, requested, has_gpu, keras=keras)
+def _collectives(tf: Any, placement: Placement, decision: engines.Decision) -> tuple[Any, tuple[str, ...]]:
+    """Start and watch the ``decision``'s engine of 2+ workers; (strategy, workers).
+
+    ``tf`` is the tensorflow module, or None where the engine starts without it (see ``Engine.host``).
+    """
     if placement.size == 1:
-        return None, decision, ()
+        return None, ()
     sent = handed.handed_in(os.environ)
     if line := engines.announcement(sent.decision.name if sent is not None else None, decision):
         _say(line, placement.rank)
@@ -140,7 +106,7 @@ def _collectives(
     if timeout > 0:
         stall.start(placement.rank, eng.name, os.environ, *eng.watch_probe(tf), size=placement.size, timeout=timeout)
     patches.exit_codes()  # after the engine's own exit handler: atexit runs the last registered first
-    return strategy, decision, workers
+    return strategy, workers
 
 
 def _check_soft_placement(value: object) -> bool | None:
@@ -251,11 +217,29 @@ def _start_tensorflow(placement: Placement, comm: str, plan: ThreadPlan, soft: b
     import tensorflow as tf
 
     patches.autograph_leaves_mldist()
-    _apply_threads(tf, plan, soft)
-    gpu = _pin_gpu(tf, placement)
+    tf_start.apply_threads(tf, plan, soft)
+    gpu = tf_start.pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    STATE.strategy, decision, workers = _collectives(tf, placement, comm, has_gpu, "tensorflow")
+    decision = decide_here(placement, comm, has_gpu, keras="tensorflow")
+    STATE.strategy, workers = _collectives(tf, placement, decision)
     return gpu, decision, workers
+
+
+def _start_tensorflow_if_used(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
+    """On Keras's TensorFlow backend: TensorFlow's start where the script uses it, else the engine without it.
+
+    The script uses TensorFlow when it (or Keras) is imported by the time ``init`` runs, or where GPUs
+    are listed; a numpy or mpi4py script under the MPI engine (or alone) never imports it. RING and
+    NCCL are TensorFlow's own collectives: a decision for them starts TensorFlow as before.
+    """
+    if tf_start.uses_tensorflow(sys.modules, os.environ):
+        return _start_tensorflow(placement, comm, plan, soft)
+    decision = decide_here(placement, comm, False, keras="tensorflow")
+    if placement.size > 1 and engine.get(decision.name).host is None:
+        return _start_tensorflow(placement, comm, plan, soft)
+    tf_start.later(plan, soft)
+    _, workers = _collectives(None, placement, decision)
+    return None, decision, workers
 
 
 def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
@@ -270,7 +254,8 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
 
     eng = cast(JaxEngine, engine.get("jax"))
     gpu = eng.prepare(placement, plan, os.environ)
-    _, decision, workers = _collectives(None, placement, comm, gpu is not None, "jax")
+    decision = decide_here(placement, comm, gpu is not None, keras="jax")
+    _, workers = _collectives(None, placement, decision)
     if placement.size == 1:
         set_data_parallel(1)
     if eng.formed:  # not when the script formed JAX's group first: its own initialize() was that one
@@ -279,7 +264,7 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
 
 
 #: How ``init`` starts a worker, by Keras backend (:data:`mldist.placement.backend.SUPPORTED`).
-_STARTS = {"tensorflow": _start_tensorflow, "jax": _start_jax}
+_STARTS = {"tensorflow": _start_tensorflow_if_used, "jax": _start_jax}
 
 
 def _join(keras: str, placement: Placement, comm: str, plan: ThreadPlan, soft: bool | None) -> Started:
