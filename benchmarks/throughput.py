@@ -40,11 +40,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NoReturn
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -249,17 +252,47 @@ def allreduce_table() -> list[dict[str, float]]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """A refused flag is one line and exit code 2 (argparse's usage block would come first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _rounds(text: str) -> int:
+    """``--rounds``: 1 to 100 (medians need one round at least)."""
+    if not re.fullmatch(r"[0-9]{1,3}", text) or not 1 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of rounds from 1 to 100")
+    return int(text)
+
+
+def _among(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
+    """A comma-separated list whose every item is one of ``known`` (``--models``, ``--backends``)."""
+
+    def parse(text: str) -> list[str]:
+        items = text.split(",")
+        for item in items:
+            if item not in known:
+                raise argparse.ArgumentTypeError(f"{item!r} is not a {what}: give some of {','.join(known)}")
+        return items
+
+    return parse
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--models", default="cnn,mobilenetv2")
+    p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=_rounds, default=3)
+    p.add_argument("--models", type=_among(STEPS, "model"), default="cnn,mobilenetv2")
     p.add_argument("--no-table", action="store_true", help="skip the all-reduce table")
-    p.add_argument("--backends", default="tf,jax", help="tf (Keras on TensorFlow), jax (Keras on JAX), or both")
+    p.add_argument(
+        "--backends", type=_among(BREAKDOWNS, "backend"), default="tf,jax",
+        help="tf (Keras on TensorFlow), jax (Keras on JAX), or both",
+    )  # fmt: skip
     p.add_argument("--no-jax", action="store_true", help="the same as --backends tf")
     p.add_argument("--no-breakdown", action="store_true", help="skip the profiled step-time breakdown")
     args = p.parse_args()
-    models = args.models.split(",")
-    backends = ("tf",) if args.no_jax else tuple(b for b in args.backends.split(",") if b in BREAKDOWNS)
+    models = args.models
+    backends = ("tf",) if args.no_jax else tuple(args.backends)
     samples = weak_scaling(models, args.rounds, backends)
     med = medians(samples, "ips")
     summary: dict[str, object] = {"medians_img_per_s_per_worker": med}

@@ -9,6 +9,7 @@ import re
 import resource
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,8 @@ CASES: list[tuple[str, list[str], str]] = [
     ("submit-min-nodes-zero", [*SUBMIT, "--min-nodes", "0", "--", "true"], "not at least 1"),
     ("submit-min-nodes-over", [*SUBMIT, "--nodes", "2", "--min-nodes", "3", "--", "true"], "--min-nodes 3 must be"),
     ("submit-min-nodes-twice", [*SUBMIT, "--nodes", "2-4", "--min-nodes", "2", "--", "true"], "give one"),
-    ("submit-time-31-digits", [*SUBMIT, "--time", "9" * 31, "--", "true"], "is not M, H:MM:SS"),
+    ("submit-time-31-digits", [*SUBMIT, "--time", "9" * 31, "--", "true"], "is longer than a year"),
+    ("submit-time-65-digits", [*SUBMIT, "--time", "9" * 65, "--", "true"], "is not M, H:MM:SS"),
     ("submit-time-99-minutes", [*SUBMIT, "--time", "25:99:99", "--", "true"], "go up to 59"),
     ("submit-time-two-years", [*SUBMIT, "--time", "730-00:00:00", "--", "true"], "longer than a year"),
     ("submit-time-newline", [*SUBMIT, "--time", "1:00:00\n", "--", "true"], "is not M, H:MM:SS"),
@@ -168,6 +170,29 @@ CASES: list[tuple[str, list[str], str]] = [
         "run-host-does-not-resolve",
         ["run", "-H", "nosuchhost.invalid:2", "--no-run-dir", "--", "true"],
         "host nosuchhost.invalid: the name does not resolve",
+    ),
+]
+# issue 64: odd inputs a new user tried
+CASES += [
+    ("run-hostfile-a-program", ["run", "--hostfile", "/bin/ls", "--", "true"], "'/bin/ls' is not a text file of hosts"),
+    ("run-failure-grace-arabic-five", [*RUN, "--failure-grace", "\u0665", "--", "true"], "ASCII digits only"),
+    ("run-grace-underscore", [*RUN, "--grace", "1_0", "--", "true"], "ASCII digits only"),
+    (
+        "run-hosts-ipv6-not-this-host",
+        ["run", "-H", "[fe80::1]:2,b:1", "--", "true"],
+        "mldist run carries host names and IPv4 addresses to mpiexec and ssh, not IPv6 addresses other than this "
+        "host's [::1]; give the name of fe80::1",
+    ),
+    ("run-hosts-ipv6-malformed", ["run", "-H", "[1::2::3]:2", "--", "true"], "[1::2::3] is not an IPv6 address"),
+    (
+        "submit-time-8-digits",
+        [*SUBMIT, "--time", "99999999", "--", "true"],
+        "--time '99999999' is longer than a year (the limit: 365-00:00:00)",
+    ),
+    (
+        "data-fetch-mirror-folder-without-the-file",
+        ["data", "fetch", "mnist", "--cache", "{tmp}/cache", "--mirror", "{tmp}"],
+        "mnist.npz is not in the mirror folder",
     ),
 ]
 # issue 47: an unknown flag points at its command's --help, not at mldist's
@@ -558,3 +583,59 @@ def test_an_mldist_mpiexec_that_names_no_program_is_named(workdir: Path, inside:
     assert res.returncode == 2, (res.stdout, res.stderr)
     (line,) = res.stderr.strip().splitlines()
     assert "MLDIST_MPIEXEC='/nonexistent' is not an executable program" in line and "-H" not in line, line
+
+
+# issue 64: the benchmark's flags, a read-only data cache, host names in any case and IPv6's loopback
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--rounds", "0"], "argument --rounds: '0' is not a number of rounds from 1 to 100"),
+        (["--models", "foo"], "argument --models: 'foo' is not a model: give some of cnn,mobilenetv2"),
+        (["--backends", "xyz"], "argument --backends: 'xyz' is not a backend: give some of tf,jax"),
+    ],
+    ids=["rounds-0", "models-foo", "backends-xyz"],
+)
+def test_the_throughput_benchmark_refuses_a_bad_flag_in_one_line(args: list[str], says: str) -> None:
+    """--rounds 0 ended in StatisticsError, --models foo in KeyError, --backends xyz ran nothing and exited 0."""
+    res = subprocess.run([PY, str(ROOT / "benchmarks" / "throughput.py"), *args], capture_output=True, text=True,
+                         timeout=30, env=clean_env(PYTHONPATH=str(ROOT / "src")))  # fmt: skip
+    assert (res.returncode, res.stdout) == (2, ""), (res.stdout, res.stderr)
+    assert res.stderr.splitlines() == [f"throughput.py: error: {says} (see --help)"]
+
+
+def test_a_read_only_data_cache_is_one_line() -> None:
+    """It ended in a PermissionError traceback from mkdir (root ignores the mode: the fetch runs as nobody)."""
+    shared = Path(tempfile.mkdtemp(prefix="mldist-ro-cache-"))  # pytest's tmp_path is root's 0700
+    cache, mirror = shared / "cache", shared / "mirror"
+    try:
+        shared.chmod(0o755)
+        cache.mkdir(mode=0o555)
+        mirror.mkdir()
+        args = [PY, "-m", "mldist", "data", "fetch", "mnist", "--cache", str(cache), "--mirror", str(mirror)]
+        if os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                pytest.skip("root, and no setpriv to fetch as another user")
+            args = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args]
+        env = clean_env(PYTHONPATH=str(ROOT / "src"), HOME="/nonexistent", PYTHONDONTWRITEBYTECODE="1")
+        res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=30, cwd="/")
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+    assert (res.returncode, res.stdout) == (2, ""), res.stderr
+    assert res.stderr.splitlines() == [
+        f"mldist data: error: the data cache {str(cache)!r} cannot be written (Permission denied: {cache}/mnist); "
+        "name a writable directory with --cache or MLDIST_DATA_DIR"
+    ]
+
+
+@pytest.mark.parametrize("hosts", ["LOCALHOST:2", "[::1]:2"])
+def test_this_host_in_capitals_or_as_ipv6_loopback_runs_here(hosts: str) -> None:
+    """-H LOCALHOST:2 was taken for another host (an ssh check that failed); -H '[::1]:2' was refused."""
+    res = subprocess.run(
+        [PY, "-m", "mldist", "run", "-H", hosts, "--no-run-dir", "--", PY, "-c", "print('RAN HERE')"],
+        capture_output=True, text=True, timeout=120, env=clean_env(PYTHONPATH=str(ROOT / "src")),
+    )  # fmt: skip
+    assert res.returncode == 0 and res.stdout.count("RAN HERE") == 2, (res.stdout, res.stderr)
+    assert "ssh" not in res.stderr, res.stderr

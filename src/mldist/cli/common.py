@@ -88,6 +88,8 @@ def seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not text.isascii() or "_" in text:  # float() reads '٥' and '1_0'; the count flags refuse them alike
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds: ASCII digits only (e.g. 2.5)")
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
     if value < 0:

@@ -45,9 +45,14 @@ def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
 def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
     """The hosts of a hostfile: 'host', 'host:slots' or 'host slots=N' per line; '#' starts a comment."""
     try:
-        lines = open(path).read().splitlines()  # noqa: SIM115 - a small text file
+        lines = open(path, encoding="utf-8").read().splitlines()  # noqa: SIM115 - a small text file
     except OSError as exc:
         raise ConfigError(f"--hostfile {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # a program or an image named by a slip
+        raise ConfigError(
+            f"--hostfile {path!r} is not a text file of hosts (byte {exc.start} is not UTF-8); "
+            "write 'host', 'host:2' or 'host slots=2' lines"
+        ) from None
     items: list[tuple[str, int]] = []
     for number, line in enumerate(lines, 1):
         line = line.split("#", 1)[0].strip()
@@ -67,7 +72,7 @@ def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
 
 def this_host() -> set[str]:
     """The names under which this host may appear in a host list."""
-    return {"localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()}
+    return {"localhost", "127.0.0.1", socket.gethostname().lower(), socket.getfqdn().lower()}  # as host_entry gives
 
 
 def read_nodefile(path: str) -> tuple[tuple[str, int], ...]:

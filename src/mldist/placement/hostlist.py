@@ -13,9 +13,10 @@ Example:
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
-from ..errors import DetectionError
+from ..errors import ConfigError, DetectionError
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -100,21 +101,45 @@ def expand_tasks_per_node(text: str) -> list[int]:
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}")
 #: The one grammar of a host list's entry: ``host`` or ``host:slots``; hostfiles also say ``host slots=N``.
 #: The name part is wide on purpose: a name that :data:`HOST_NAME` refuses gets its own message.
-_ENTRY = re.compile(r"([A-Za-z0-9_.-]+)(?::([0-9]{1,4}))?")
-_HOSTFILE_ENTRY = re.compile(r"([A-Za-z0-9_.-]+)(?:(?::|\s+slots=)([0-9]{1,4}))?")
+_ENTRY = re.compile(r"([A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]{2,45}\])(?::([0-9]{1,4}))?")
+_HOSTFILE_ENTRY = re.compile(r"([A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]{2,45}\])(?:(?::|\s+slots=)([0-9]{1,4}))?")
+#: The name this host's IPv6 loopback (``[::1]``) is given: the workers then start here, as for ``localhost``.
+LOOPBACK = "localhost"
+
+
+def _host(name: str, text: str) -> str:
+    """A host list's name as mldist carries it: lower case (host names are case-insensitive), ``[::1]`` as
+    :data:`LOOPBACK`; another IPv6 address is refused, with why."""
+    if not name.startswith("["):
+        return name.lower()
+    try:
+        address = ipaddress.IPv6Address(name[1:-1])
+    except ValueError:
+        raise ConfigError(f"host list entry {text!r}: {name} is not an IPv6 address (e.g. [::1])") from None
+    if address.is_loopback:
+        return LOOPBACK
+    raise ConfigError(
+        f"host list entry {text!r}: mldist run carries host names and IPv4 addresses to mpiexec and ssh, "
+        f"not IPv6 addresses other than this host's [::1]; give the name of {address} (from /etc/hosts or DNS)"
+    )
 
 
 def host_entry(text: str, hostfile: bool = False) -> tuple[str, int | None] | None:
     """``(host, slots)`` of one entry of a host list (slots None where it gives none), or None when the
     entry is not ``host`` or ``host:slots`` (with ``hostfile``: ``host slots=N`` too).
 
+    Host names come back in lower case, as DNS, /etc/hosts and ssh take them; ``[::1]`` (this host's IPv6
+    loopback) as ``localhost``; another IPv6 address is a ConfigError that says why (see :func:`_host`).
+
     Example:
         >>> host_entry("node1:2"), host_entry("node1"), host_entry("node1 slots=4", hostfile=True)
         (('node1', 2), ('node1', None), ('node1', 4))
+        >>> host_entry("LOCALHOST:2"), host_entry("[::1]:2")
+        (('localhost', 2), ('localhost', 2))
         >>> host_entry("node1; rm -rf /") is None
         True
     """
     match = (_HOSTFILE_ENTRY if hostfile else _ENTRY).fullmatch(text)
     if match is None:
         return None
-    return match.group(1), int(match.group(2)) if match.group(2) is not None else None
+    return _host(match.group(1), text), int(match.group(2)) if match.group(2) is not None else None

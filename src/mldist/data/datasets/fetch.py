@@ -21,6 +21,7 @@ import re
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -196,6 +197,7 @@ def _fetch_file(url: str, final: Path, expected: str, retries: int, timeout: flo
         if recorded is None:
             record_sha256(final, expected)
         return False
+    _check_local(url)
     part = final.with_name(final.name + ".part")
     for attempt in range(retries + 1):
         try:
@@ -218,6 +220,19 @@ def _fetch_file(url: str, final: Path, expected: str, retries: int, timeout: flo
     replace_durably(part, final)
     record_sha256(final, expected)
     return True
+
+
+def _check_local(url: str) -> None:
+    """A ConfigError when ``url`` is a file of a local folder (a --mirror directory) that is not there: no
+    network is involved, so retries and advice about the proxy would only mislead."""
+    if not url.startswith("file://"):
+        return
+    local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+    if not local.is_file():
+        raise ConfigError(
+            f"{local.name} is not in the mirror folder {local.parent} (--mirror); put the file there, "
+            "or name the folder that holds it"
+        )
 
 
 def fetch(
@@ -248,10 +263,18 @@ def fetch(
     ds = dataset(name)
     expected = expected_hashes(ds, sha256)
     base = base_url(ds, mirror)
-    folder = make_dirs(usable_cache_dir(cache) / ds.name)
+    root = usable_cache_dir(cache)
     done = []
-    with _locked(folder):
-        for file, _ in ds.files:
-            fresh = _fetch_file(base + file, folder / file, expected[file], retries, timeout, stream)
-            done.append((folder / file, fresh))
+    try:
+        folder = make_dirs(root / ds.name)
+        with _locked(folder):
+            for file, _ in ds.files:
+                fresh = _fetch_file(base + file, folder / file, expected[file], retries, timeout, stream)
+                done.append((folder / file, fresh))
+    except OSError as exc:  # a read-only or full cache: the folder, the lock or the part cannot be written
+        where = exc.filename or root
+        raise ConfigError(
+            f"the data cache {str(root)!r} cannot be written ({exc.strerror}: {where}); name a writable "
+            "directory with --cache or MLDIST_DATA_DIR"
+        ) from None
     return done

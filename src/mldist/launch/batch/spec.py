@@ -39,7 +39,8 @@ INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,63}")
 #: The placeholders --wrap fills in per rank.
 WRAP_FIELDS = ("rank", "local_rank", "job_id", "job_dir")
 GPU_REQUESTS = ("node", "task", "total")
-_TIME = re.compile(r"(?:([0-9]{1,3})-)?([0-9]{1,6})(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")
+#: Any number of digits: a time of too many is said to be too long, not malformed (a length bound comes first).
+_TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]{1,2}))?(?::([0-9]{1,2}))?")
 #: The longest wall time accepted: a year (a longer one is a typo).
 MAX_TIME_SECONDS = 365 * 86400
 
@@ -51,7 +52,7 @@ def parse_time(text: str) -> int:
         >>> parse_time("90"), parse_time("1:00:00"), parse_time("1-00:00:00")
         (5400, 3600, 86400)
     """
-    m = _TIME.fullmatch(text)
+    m = _TIME.fullmatch(text) if len(text) <= 64 else None
     if not m:
         raise ConfigError(f"--time {text!r} is not M, H:MM:SS or D-HH:MM:SS (e.g. 2:00:00)")
     days, a, b, c = (int(g) if g else None for g in m.groups())
@@ -69,7 +70,7 @@ def parse_time(text: str) -> int:
     if seconds <= 0:
         raise ConfigError(f"--time {text!r} must be longer than zero")
     if seconds > MAX_TIME_SECONDS:
-        raise ConfigError(f"--time {text!r} is longer than a year; give the job's real limit")
+        raise ConfigError(f"--time {text!r} is longer than a year (the limit: 365-00:00:00); give the job's real limit")
     return seconds
 
 
