@@ -176,6 +176,19 @@ def test_import_mldist_stays_free_of_tensorflow_and_submodules_are_lazy() -> Non
     assert res.stdout.split() == ["mldist.data", "mldist.preempt", "DistributedOptimizer"]
 
 
+def test_import_mldist_loads_at_most_15_of_its_modules() -> None:
+    """Issue 63: each of 10,000 ranks reads every module it imports from the shared file system; the
+    facade and the runtime import their names on first use (44 modules before)."""
+    code = "import mldist"
+    res = check(subprocess.run([PY, "-X", "importtime", "-c", code], capture_output=True, text=True, env=clean_env()))
+    loaded = [line.split("|")[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")]
+    ours = [name for name in loaded if name.split(".")[0] == "mldist"]
+    assert 0 < len(ours) <= 15, ours
+    names = "import mldist as m; print(m.init.__module__, m.allreduce.__module__, m.CheckpointManager.__name__)"
+    res = check(subprocess.run([PY, "-c", names], capture_output=True, text=True, env=clean_env(), timeout=120))
+    assert res.stdout.split() == ["mldist.runtime.worker", "mldist.runtime.collectives", "CheckpointManager"]
+
+
 def test_public_names_keep_their_paths() -> None:
     import mldist
 

@@ -1,7 +1,7 @@
 """mldist: data-parallel TensorFlow/Keras from one CPU to many GPUs on HPC clusters.
 
-``import mldist`` stays free of TensorFlow; ``mldist.keras``, ``mldist.data``
-and ``mldist.preempt`` are imported on first access.
+``import mldist`` stays free of TensorFlow and loads a handful of modules; the runtime's names,
+``mldist.keras``, ``mldist.data`` and ``mldist.preempt`` are imported on first access.
 
 Example::
 
@@ -13,13 +13,15 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import runtime as _runtime
 from ._version import __version__
-from .checkpoint import CheckpointManager
 from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
-from .runtime import *  # noqa: F403 - the facade re-exports the runtime's public names
+
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointManager
+    from .runtime import *  # noqa: F403 - the facade re-exports the runtime's public names
 
 #: Submodules reachable as attributes after a plain ``import mldist``, imported on first use.
 _LAZY = ("keras", "data", "preempt", "horovod")
@@ -38,6 +40,18 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'mldist' has no attribute {name!r}")
+    """The runtime's public names, ``CheckpointManager`` and the submodules, each imported on first use:
+    ``import mldist`` loads a few modules, the rest come with what the script calls."""
+    if name in _runtime.__all__:
+        value = getattr(_runtime, name)
+    elif name == "CheckpointManager":
+        from .checkpoint import CheckpointManager as value
+    else:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+        raise AttributeError(f"module 'mldist' has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -13,10 +13,35 @@ Example::
 
 from __future__ import annotations
 
-from .collectives import allgather, allreduce, broadcast
-from .gradients import DistributedGradientTape, average_gradients
-from .stall import stall_watch
-from .worker import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .collectives import allgather, allreduce, broadcast
+    from .gradients import DistributedGradientTape, average_gradients
+    from .stall import stall_watch
+    from .worker import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
+
+#: Public name -> the module that defines it, imported on first use: ``import mldist`` stays a few modules
+#: (each of 10,000 ranks reads every module it imports from the shared file system).
+_WHERE = {
+    "Context": "worker",
+    "DistributedGradientTape": "gradients",
+    "allgather": "collectives",
+    "allreduce": "collectives",
+    "average_gradients": "gradients",
+    "broadcast": "collectives",
+    "context": "worker",
+    "current": "worker",
+    "init": "worker",
+    "is_chief": "worker",
+    "local_rank": "worker",
+    "local_size": "worker",
+    "rank": "worker",
+    "size": "worker",
+    "stall_watch": "stall",
+    "strategy": "worker",
+}
 
 __all__ = [
     "Context",
@@ -36,3 +61,17 @@ __all__ = [
     "stall_watch",
     "strategy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (from its module, :data:`_WHERE`) or a submodule, imported on first use."""
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
