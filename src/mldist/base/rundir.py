@@ -132,17 +132,27 @@ def default_run_dir(command: Sequence[str], root: str | os.PathLike[str] | None 
     return path
 
 
-def prepare_run_dir(path: str | os.PathLike[str], flag: str = "--run-dir") -> Path:
+def prepare_run_dir(path: str | os.PathLike[str], flag: str = "--run-dir", create: bool = True) -> Path:
     """Create the run directory (owner-only; an existing one is reused) or raise ConfigError saying why not.
+
+    Args:
+        path: the directory.
+        flag: how the user named it, for the error.
+        create: False only checks that it could be made (a run refused later leaves nothing behind).
 
     Example:
         >>> import tempfile
         >>> prepare_run_dir(Path(tempfile.mkdtemp()) / "r").is_dir()
         True
+        >>> prepare_run_dir(Path(tempfile.mkdtemp()) / "a" / "b", create=False).exists()
+        False
     """
     where = Path(path)
     if where.exists() and not where.is_dir():
         raise ConfigError(f"{flag} {str(where)!r} is a file; name a directory")
+    if not create:
+        _creatable(where, flag)
+        return where
     try:
         make_dirs(where, 0o700)
     except OSError as exc:
@@ -152,6 +162,16 @@ def prepare_run_dir(path: str | os.PathLike[str], flag: str = "--run-dir") -> Pa
     if not os.access(where, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {str(where)!r} is not writable; name a writable directory")
     return where
+
+
+def _creatable(where: Path, flag: str) -> None:
+    """ConfigError unless ``where`` exists writable or its nearest existing parent lets it be made."""
+    found = next((p for p in (where.absolute(), *where.absolute().parents) if p.exists()), Path("/"))
+    if not found.is_dir():
+        raise ConfigError(f"{flag} {str(where)!r} cannot be created ({found} is a file); name a writable directory")
+    if not os.access(found, os.W_OK | os.X_OK):
+        what = "is not writable" if found == where.absolute() else f"cannot be created ({found} is not writable)"
+        raise ConfigError(f"{flag} {str(where)!r} {what}; name a writable directory")
 
 
 def now_iso() -> str:

@@ -248,7 +248,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     envvalues.check(os.environ)  # a bad MLDIST_* value of the workers stops here, before any worker starts
     if not (args.no_run_dir or args.run_dir):  # the default's parent: named as the user gave it, not as --run-dir
-        prepare_run_dir(*runs_root())
+        prepare_run_dir(*runs_root(), create=False)  # made when the run starts: a refused one leaves none
     nprocs, hosts, found = placement(args)
     engine = "ring" if args.gloo else "mpi" if args.mpi else args.communication
     command = tuple(command_after_dashes(args.cmd, "mldist run -n 2 -- python train.py"))

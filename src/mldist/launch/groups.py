@@ -304,7 +304,7 @@ class DirectGroup(Group):
                 proc = subprocess.Popen(
                     command,
                     env=env,
-                    stdin=subprocess.DEVNULL,
+                    stdin=None if rank == 0 else subprocess.DEVNULL,  # the launcher's input is rank 0's, as mpirun's
                     stdout=out,
                     stderr=subprocess.STDOUT if cfg.log_dir else subprocess.PIPE,
                     start_new_session=True,

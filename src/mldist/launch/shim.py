@@ -42,6 +42,18 @@ def _outputs(run_dir: Path, rank: int, log_dir: str | None) -> tuple[IO[bytes], 
     return open(run_dir / f"out-{rank}", "wb"), open(run_dir / f"err-{rank}", "wb")
 
 
+def _input(rank: int) -> IO[bytes] | int:
+    """Rank 0's standard input: the launcher's own, as mpirun gives it (``echo hi | mldist run ...``); the others'
+    is empty. Read through ``/proc``, on this host: Open MPI 5's forwarding of stdin loses it."""
+    launcher = envvalues.LAUNCHER_PID.read(os.environ)
+    if rank != 0 or launcher is None:
+        return subprocess.DEVNULL
+    try:  # O_NOCTTY: a terminal never becomes the shim's controlling terminal
+        return open(os.open(f"/proc/{launcher}/fd/0", os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC), "rb")
+    except OSError:
+        return subprocess.DEVNULL
+
+
 def _bind(rank: int) -> None:
     sets = os.environ.pop(CPU_SETS, "")
     if sets:
@@ -77,7 +89,7 @@ def main(argv: list[str]) -> int:
     try:
         child = subprocess.Popen(
             command,
-            stdin=subprocess.DEVNULL,
+            stdin=_input(rank),
             stdout=out,
             stderr=err,
             start_new_session=True,
