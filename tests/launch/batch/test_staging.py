@@ -6,6 +6,7 @@ tests/slurm/test_slurm_stage_env.py; the rendered scripts are goldens (tests/gol
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -16,6 +17,7 @@ import pytest
 
 from helpers import clean_env, mldist
 from mldist.errors import ConfigError
+from mldist.launch.batch import listed_once
 from mldist.launch.batch.build import build_spec
 from mldist.launch.batch.render import render
 from mldist.launch.batch.spec import JobSpec
@@ -29,6 +31,9 @@ def _env(root: Path) -> Path:
     env = root / "env"
     venv.create(env, with_pip=False, symlinks=True)
     (env / SITE / "stagedmark.py").write_text("WHERE = __file__\n")
+    finder = env / SITE / "mldist" / "launch" / "batch" / "listed_once.py"  # as an installed mldist has it
+    finder.parent.mkdir(parents=True)
+    shutil.copy(listed_once.__file__, finder)
     tool = env / "bin" / "whereami"
     tool.write_text(f"#!{env}/bin/python\nimport sys, stagedmark\nprint(sys.prefix, stagedmark.WHERE)\n")
     tool.chmod(0o755)
@@ -69,6 +74,13 @@ def test_a_venv_unpacked_on_a_node_runs_from_there_and_never_from_the_original(t
     ]
     assert staged("sh", "-c", 'echo "$PATH"').split(":")[:2] == [f"{stage}/bin", "/usr/bin"]
     assert hidden.is_dir()
+    # A script's directory (outside the environment) is listed once; its own modules are found.
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "sibling.py").write_text("N = 7\n")
+    script = tmp_path / "code" / "train.py"
+    script.write_text("import sys, sibling\nprint(sibling.N, type(sys.path_importer_cache[sys.path[0]]).__name__)\n")
+    assert staged("python", str(script)) == "7 ListedOnce"
+    assert (stage / SITE / "_mldist_listed_once.pth").read_text() == "import _mldist_listed_once\n"
 
 
 def test_a_stage_dir_that_cannot_be_made_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -53,7 +53,8 @@ ARCHIVE = "env-stage.tar"
 
 #: Runs once per node: $1 the staged directory, $2 the archive, $3 the original prefix, $4 1 to remove
 #: the archive after. Unpacked beside, renamed into place when whole; #! lines naming "$3/bin/" name
-#: "$1/bin/" after. Failures are one line and exit 2.
+#: "$1/bin/" after; where mldist is in it, its import finder for directories outside the environment
+#: (:mod:`.listed_once`) goes into site-packages with a .pth line. Failures are one line and exit 2.
 UNPACK = (
     'd=$1; a=$2; old=$3; h=$(hostname); say() { echo "mldist: --stage-env on $h: $*" >&2; }; '
     'rm -rf -- "$d" "$d.part"; '
@@ -64,6 +65,9 @@ UNPACK = (
     '[ "$(head -c 2 "$f")" = "#!" ] || continue; IFS= read -r first <"$f" 2>/dev/null || true; '
     'case "$first" in "#!$old/bin/"*) { printf "%s\\n" "#!$d/bin/${first#"#!$old/bin/"}"; tail -n +2 "$f"; } '
     '>"$f.mldist" && chmod --reference="$f" "$f.mldist" && mv -f "$f.mldist" "$f";; esac; done; '
+    'for sp in "$d.part"/lib/python3*/site-packages; do s="$sp/mldist/launch/batch/listed_once.py"; '
+    'if [ -f "$s" ]; then cp -- "$s" "$sp/_mldist_listed_once.py" && '
+    'echo "import _mldist_listed_once" >"$sp/_mldist_listed_once.pth"; fi; done; '
     'mv -- "$d.part" "$d" || { say "cannot rename $d.part to $d"; exit 2; }; '
     'if [ "$4" = 1 ]; then rm -f -- "$a"; fi'
 )
@@ -84,6 +88,13 @@ def stage_root(s: JobSpec) -> str:
     return STAGE_ROOTS.get(s.stage_to, s.stage_to)
 
 
+def check_stage_to(text: str) -> None:
+    """``--stage-to``: a name of :data:`STAGE_ROOTS` or an absolute path of plain characters (ConfigError if not)."""
+    if text not in STAGE_ROOTS and not STAGE_PATH.fullmatch(text):
+        raise ConfigError(f"--stage-to {text!r}: give tmpdir ($TMPDIR, else /tmp), tmp, shm (/dev/shm) or an "
+                          "absolute path of letters, digits and _.+@%=,:/-")  # fmt: skip
+
+
 def check_staging(s: JobSpec) -> None:
     """``--stage-env`` needs an environment, a node-local place and no container; ``--stage-to`` is a name or path.
 
@@ -93,9 +104,7 @@ def check_staging(s: JobSpec) -> None:
         ...
         mldist.errors.ConfigError: --stage-to 'tmp/x': give tmpdir ($TMPDIR, else /tmp), tmp, shm (/dev/shm) or ...
     """
-    if s.stage_to not in STAGE_ROOTS and not STAGE_PATH.fullmatch(s.stage_to):
-        raise ConfigError(f"--stage-to {s.stage_to!r}: give tmpdir ($TMPDIR, else /tmp), tmp, shm (/dev/shm) or an "
-                          "absolute path of letters, digits and _.+@%=,:/-")  # fmt: skip
+    check_stage_to(s.stage_to)
     if not s.stage_env:
         return
     if s.container:
@@ -172,7 +181,9 @@ def stage_prefix(s: JobSpec) -> list[str]:
     """Words before each rank's command: :data:`STAGED_WRAPPER` with the staged directory and the original prefix."""
     if not s.stage_env:
         return []
-    return ["bash", "-c", STAGED_WRAPPER, "mldist-staged", Shell("$mldist_stage"), Shell("$mldist_stage_src")]
+    # /bin/bash as the script's own #! line: a bare bash is looked up on PATH, whose first entries (the venv's
+    # bin, ~/.local/bin, modules) are on the shared file system, by every rank.
+    return ["/bin/bash", "-c", STAGED_WRAPPER, "mldist-staged", Shell("$mldist_stage"), Shell("$mldist_stage_src")]
 
 
 def unstage_lines(s: JobSpec, word: Callable[[str], str]) -> list[str]:
