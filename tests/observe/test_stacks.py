@@ -15,8 +15,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from helpers import PY, WORKERS, clean_env, mldist
-from mldist.base import progress
+from mldist.base import nodes, progress
+from mldist.cli import main
+from mldist.runtime import stall
 
 ENDED = str(WORKERS / "ended.py")
 
@@ -78,3 +82,41 @@ def test_stacks_of_ranks_whose_processes_are_gone_without_a_summary_says_so(tmp_
         re.search(r"s ago; its process is gone\): it was in collective #4 allreduce\(sum\)", h) for h in heads
     ), res.stdout
     assert os.path.isdir(folder)
+
+
+def test_stacks_folds_ranks_at_one_place_and_lists_the_others_and_all_shows_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 ranks on 5 nodes (records through the watch's own code): 19 in one all-reduce with one stack are
+    one block, rank 17 elsewhere is listed whole; --all shows every rank by itself."""
+    monkeypatch.setattr(nodes, "NODE_SECONDS", 0.0)  # each publish rewrites its node's file
+    folder = tmp_path / "progress"
+    for r in range(20):
+        watch = stall.Watch(r, "mpi", 600, size=20, where=folder, host=f"n{r // 4}",
+                            local=tmp_path / f"shm{r // 4}")  # fmt: skip
+        watch.end(watch.begin("allreduce(sum)"))
+        if r != 17:
+            watch.begin("allreduce(sum)")
+        watch.publish()
+    assert main(["stacks", str(folder)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"19 ranks \(0-16, 18-19\) in collective #2 allreduce\(sum\) for \d+(-\d+)? s", out[0]), out
+    assert out[1].startswith("    tests/observe/test_stacks.py:")
+    assert [line for line in out if line.startswith("rank ")] == [
+        next(line for line in out if line.startswith("rank 17 (n4, pid "))
+    ]
+    assert main(["stacks", "--all", str(folder)]) == 0
+    assert sum(line.startswith("rank ") for line in capsys.readouterr().out.splitlines()) == 20
+
+
+def test_stacks_of_a_finished_run_without_records_says_it_ended_and_how(tmp_path: Path) -> None:
+    """issue 61: RunLog's rank-0.metrics.json at the top of a run directory made stacks look there for
+    records, and say "no rank has written its progress yet; is the job running?" of a run long over."""
+    run_dir = tmp_path / "run"
+    res = mldist(["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, "-c", "pass"], timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (run_dir / "rank-0.metrics.json").write_text("{}\n")
+    shown = mldist(["stacks", str(run_dir)], timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    assert "no rank has written" not in shown.stderr and "exit 0" in shown.stderr, shown.stderr
+    assert "the run is over; no progress records were kept" in shown.stderr, shown.stderr

@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from mldist.base import progress
+from mldist.base import nodes, progress
 from mldist.base.progress import Record
 from mldist.runtime import stall
 from mldist.runtime.frames import frames_of, main_thread_frames
@@ -104,7 +105,8 @@ def test_the_watch_publishes_numbered_collectives_and_names_the_late_rank(tmp_pa
         for what in ("broadcast", "allreduce(sum)"):
             w.end(w.begin(what))
     token = watches[0].begin("allreduce(sum)")  # rank 0 begins #3; rank 1 never does
-    for w in watches:
+    for w in watches:  # a second apart: the node's file in the shared folder is rewritten once a second
+        wall[0] += nodes.NODE_SECONDS
         w.publish()
     assert progress.read(tmp_path)[1].last == (2, "allreduce(sum)", 1000.0)
     now[0], wall[0] = 12.0, 1012.0
@@ -131,11 +133,56 @@ def test_a_record_that_cannot_be_made_never_ends_the_watch_and_is_said_once(
     assert progress.read(tmp_path)[0].stack == ("x.py:1 f: g()",)
 
 
-def test_large_jobs_write_less_often_and_readers_judge_staleness_by_it(tmp_path: Path) -> None:
-    assert progress.interval(64) == 1.0 and progress.interval(2048) == 8.0
-    watch = stall.Watch(0, "mpi", 600, size=2048, where=tmp_path)
-    watch.publish()
-    record = progress.read(tmp_path)[0]
-    assert record.every == 8.0
-    assert not record.stale(record.written + 20) and record.stale(record.written + 26)
-    assert _record(1, 2).stale(_record(1, 2).written + 5)  # every second: stale after about 4 s
+def test_records_go_to_node_local_memory_and_one_small_file_per_node_to_the_shared_folder(tmp_path: Path) -> None:
+    """At any size a rank writes every second, into node-local memory; the shared folder sees node-HOST.rec
+    files only, each rewritten in place (no create, no rename in steady state), records of a few hundred bytes."""
+    assert progress.interval(64) == progress.interval(16384) == 1.0
+    shared, wall = tmp_path / "shared", [1000.0]
+    watches = [
+        stall.Watch(r, "mpi", 600, size=16384, where=shared, wall=lambda: wall[0], host=f"n{r // 2}",
+                    local=tmp_path / f"shm{r // 2}")
+        for r in range(4)
+    ]  # fmt: skip
+    for w in watches:
+        w.end(w.begin("allreduce(sum)"))
+        wall[0] += nodes.NODE_SECONDS
+        w.publish()
+    assert sorted(p.name for p in shared.iterdir()) == ["node-n0.rec", "node-n1.rec"]
+    records = progress.read(shared)
+    assert list(records) == [0, 1, 2, 3] and records[3].host == "n1" and records[0].every == 1.0
+    assert all(len(nodes.encode(asdict(r))) < 1000 for r in records.values())
+    inode = (shared / "node-n0.rec").stat().st_ino
+    wall[0] += nodes.NODE_SECONDS
+    watches[1].begin("broadcast")
+    watches[1].publish()
+    assert (shared / "node-n0.rec").stat().st_ino == inode  # rewritten in place
+    assert progress.read(shared)[1].current == (2, "broadcast", wall[0])
+    assert not records[0].stale(records[0].written + 4) and records[0].stale(records[0].written + 5)
+
+
+def test_one_rank_reads_the_records_when_a_collective_times_out_and_the_others_take_its_verdict(
+    tmp_path: Path,
+) -> None:
+    """8 ranks on 4 nodes, rank 5 never reaches collective #2: one rank reads the records (once), every other
+    waiting rank names rank 5 from its verdict, and no one reads again for the same wait."""
+    shared, now, wall = tmp_path / "shared", [0.0], [1000.0]
+    watches = [
+        stall.Watch(r, "mpi", 10, clock=lambda: now[0], size=8, where=shared, wall=lambda: wall[0],
+                    host=f"n{r // 2}", local=tmp_path / f"shm{r // 2}")
+        for r in range(8)
+    ]  # fmt: skip
+    for w in watches:
+        w.end(w.begin("allreduce(sum)"))
+        if w.rank != 5:
+            w.begin("allreduce(sum)")
+    for w in watches:  # as every second: each node's file has its ranks' records
+        wall[0] += nodes.NODE_SECONDS
+        w.publish()
+    now[0], wall[0] = 12.0, 1012.0
+    said = {w.rank: w.overdue() for w in watches if w.rank != 5}
+    now[0], wall[0] = 13.0, 1013.0
+    said |= {r: watches[r].overdue() for r, line in said.items() if line is None}  # their node's reader had it
+    assert all(
+        line and line.startswith("rank 5 has not reached collective #2 allreduce(sum)") for line in said.values()
+    )
+    assert sum(w.verdicts.judged for w in watches if w.verdicts) == 1, said

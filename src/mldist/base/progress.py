@@ -1,12 +1,14 @@
 """Where every rank is: the records ranks publish of their collectives and their main thread's code.
 
-Each rank's collective watch (:mod:`mldist.runtime.stall`) writes ``rank-R.json`` into the
-job's progress folder about once a second: how many collectives it began and finished, the
-one in flight, the last one finished, and the innermost frames of its main thread. A rank
-that waits too long in a collective reads the others' records to name the rank that never
-arrived and where it is; ``mldist stacks`` and ``mldist run`` (SIGQUIT) read them for a job
-that is slow rather than stuck. Nothing needs the late rank's cooperation at that moment:
-its record is what it last wrote, and its age says how fresh that is.
+Each rank's collective watch (:mod:`mldist.runtime.stall`) writes its record about once a second:
+how many collectives it began and finished, the one in flight, the last one finished, and the
+innermost frames of its main thread. It goes to node-local memory, and one rank per node
+gathers its node's records into ``node-HOST.rec`` in the job's progress folder
+(:mod:`mldist.base.nodes`): the shared file system sees one file per node. When a collective
+times out, one rank reads the records to name the rank that never arrived and where it is, and
+the others take its verdict (:mod:`mldist.runtime.verdict`); ``mldist stacks`` and ``mldist run``
+(SIGQUIT) read them for a job that is slow rather than stuck. Nothing needs the late rank's
+cooperation at that moment: its record is what it last wrote, and its age says how fresh that is.
 
 The folder (:func:`folder`): ``MLDIST_PROGRESS_DIR`` (``mldist run`` sets it), else
 ``progress/`` in the run directory (``MLDIST_RUN_DIR``: ``mldist submit``'s jobs keep it on
@@ -36,14 +38,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import envvalues
+from . import envvalues, nodes
 
 #: The variable that names the folder; ``mldist run`` sets it for its workers.
 FOLDER_ENV = envvalues.PROGRESS_DIR.name
-#: How often a rank writes its record (seconds), in a job of up to :data:`RANKS_PER_SECOND` ranks.
+#: How often a rank writes its record (seconds), at any size (node-local memory: :mod:`mldist.base.nodes`).
 PUBLISH_SECONDS = 1.0
-#: Larger jobs write less often, so that a shared file system sees about this many records a second.
-RANKS_PER_SECOND = 256
 #: A record older than this many publishing intervals is stale: its rank's watch thread cannot run
 #: (its main thread holds Python's lock in C code) or the rank is gone.
 STALE_AFTER = 3
@@ -92,14 +92,15 @@ class Record:
 
 
 def interval(size: int) -> float:
-    """How often each of ``size`` ranks writes its record: every second, less often past
-    :data:`RANKS_PER_SECOND` ranks (a shared file system's metadata server sees every rename).
+    """How often each of ``size`` ranks writes its record: every second at any size, since a rank writes to
+    node-local memory and one rank per node to the shared folder (:mod:`mldist.base.nodes`).
 
     Example:
-        >>> interval(2), interval(1024)
-        (1.0, 4.0)
+        >>> interval(2), interval(16384)
+        (1.0, 1.0)
     """
-    return max(PUBLISH_SECONDS, size / RANKS_PER_SECOND)
+    del size  # kept in the signature: callers pass it
+    return PUBLISH_SECONDS
 
 
 def folder(env: Mapping[str, str]) -> Path | None:
@@ -143,10 +144,13 @@ def write(where: Path, record: Record) -> None:
 
     No fsync: a record is rewritten every second and worth nothing after the job.
     """
-    where.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = where / f"rank-{record.rank}.json"
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(record)))
+    try:
+        tmp.write_text(json.dumps(asdict(record)))
+    except FileNotFoundError:  # the folder is made when missing, not tried before every write
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(asdict(record)))
     os.replace(tmp, path)
 
 
@@ -171,17 +175,39 @@ def _record(data: Any) -> Record | None:
 
 
 def read(where: Path) -> dict[int, Record]:
-    """Every rank's record in ``where`` by rank (damaged or half-written files are skipped)."""
+    """Every rank's record in ``where`` by rank: the nodes' files (:mod:`mldist.base.nodes`), and ``rank-R.json``
+    of one rank each (:func:`write`); damaged or half-written files are skipped. The newest record of a rank wins."""
     out: dict[int, Record] = {}
-    with contextlib.suppress(OSError):
-        for path in where.iterdir():
-            if not _FILE.fullmatch(path.name):
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                record = _record(json.loads(path.read_text()))
-                if record is not None:
-                    out[record.rank] = record
+    node_files: list[str] = []
+    with contextlib.suppress(OSError), os.scandir(where) as entries:
+        for entry in entries:
+            if nodes.NODE_FILE.fullmatch(entry.name):
+                node_files.append(entry.name)
+            elif _FILE.fullmatch(entry.name):
+                with contextlib.suppress(OSError, ValueError):
+                    _keep(out, _record(json.loads(Path(entry.path).read_text())))
+    for data in nodes.read_nodes(where, node_files):
+        _keep(out, _record(data))
     return dict(sorted(out.items()))
+
+
+def has_records(where: Path) -> bool:
+    """Whether ``where`` holds progress records (a node's file or a rank's), not merely other ``rank-*`` files
+    (RunLog's ``rank-R.metrics.json`` sit in a run directory's top level).
+
+    Example:
+        >>> has_records(Path("/nonexistent"))
+        False
+    """
+    with contextlib.suppress(OSError), os.scandir(where) as entries:
+        return any(nodes.NODE_FILE.fullmatch(e.name) or _FILE.fullmatch(e.name) for e in entries)
+    return False
+
+
+def _keep(out: dict[int, Record], record: Record | None) -> None:
+    """Put ``record`` into ``out`` unless a newer one of its rank is there."""
+    if record is not None and (record.rank not in out or out[record.rank].written <= record.written):
+        out[record.rank] = record
 
 
 def clock(seconds: float) -> str:

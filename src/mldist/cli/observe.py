@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import re
 import sys
@@ -65,19 +66,26 @@ def register(sub: Any) -> dict[str, Handler]:
         STACKS_EXAMPLE,
     )
     stacks.add_argument("target", metavar="JOB|RUN_DIR", help="a job id (mldist submit) or a run directory")
+    stacks.add_argument(
+        "--all", action="store_true", help="every rank by itself (default: ranks at one place with one stack folded)"
+    )
     return {"tensorboard": _cmd_tensorboard, "stacks": _cmd_stacks}
 
 
 def _progress_folders(target: str) -> list[Path]:
     """The progress folders of ``target``: a run directory (or a job directory, or the folder itself),
     else a job of mldist submit (each array task's)."""
+    from ..base import progress
+
     where = Path(target)
     if where.is_dir():
         _readable(where)
         for folder in (where, where / "progress", where / "run" / "progress"):
             _readable(folder)
-            if any(folder.glob("rank-*.json")):
+            if progress.has_records(folder):
                 return [folder]
+        if (ended := _ended_run(target)) is not None:
+            raise ended
         raise ConfigError(
             f"{target}: no progress records there (the run directory of a running job holds them in progress/; "
             "they come from mldist.init() with 2+ workers unless MLDIST_COLLECTIVE_TIMEOUT=0)"
@@ -92,6 +100,29 @@ def _progress_folders(target: str) -> list[Path]:
     record = load_record(target)
     job_dir = Path(record.output_dir)
     return sorted(job_dir.glob("array-*/run/progress")) if record.array else [job_dir / "run" / "progress"]
+
+
+class _RunEnded(Exception):
+    """A run directory without progress records whose run is over: the line that says how it ended."""
+
+    def __init__(self, line: str, code: int = 1) -> None:
+        super().__init__(line)
+        self.line, self.code = line, code
+
+
+def _ended_run(target: str) -> _RunEnded | None:
+    """How the run of directory ``target`` ended (``mldist status``'s line, exit code 0 when ok), or None while
+    it goes on (or when ``target`` is no run directory)."""
+    from ..tools import runstatus
+
+    try:
+        run = runstatus.read(target)
+    except ConfigError:
+        return None
+    if run.summary is None and not run.launcher_gone:
+        return None
+    ok = run.summary is not None and run.summary.get("status") == "ok"
+    return _RunEnded(f"{runstatus.line(run)} (the run is over; no progress records were kept)", 0 if ok else 1)
 
 
 def _readable(folder: Path) -> None:
@@ -179,11 +210,22 @@ def ending(target: str, summary: dict[str, Any], now: float) -> str:
             "as they were then, not where anything is now")  # fmt: skip
 
 
-def _cmd_stacks(args: argparse.Namespace) -> int:
+def _describe(record: Any, past: Collection[int], ended: float | None, now: float) -> list[str]:
+    """One rank's block: as history when its run is over or its process gone (``past``), else live."""
     from ..base import progress
 
+    return progress.describe_past(record, ended, now) if record.rank in past else progress.describe(record, now)
+
+
+def _cmd_stacks(args: argparse.Namespace) -> int:
+    from ..base import progress, stacks
+
     shown, code, now, unusable = 0, 0, time.time(), []
-    folders = _progress_folders(args.target)
+    try:
+        folders = _progress_folders(args.target)
+    except _RunEnded as over:  # a run over that left no records: how it ended, from its files
+        print(f"mldist stacks: {over.line}", file=sys.stderr, flush=True)
+        return over.code
     for folder in folders:
         records = {rank: record for rank, record in progress.read(folder).items() if _sane(record)}
         if (bad := _unused(folder, records)) and records:  # some ranks' records only: the others are shown
@@ -205,11 +247,10 @@ def _cmd_stacks(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)  # fmt: skip
             code = 1
         ended = _ended_at(summary) if summary is not None else None
-        for rank, record in records.items():
-            past = summary is not None or rank in gone
-            lines = progress.describe_past(record, ended, now) if past else progress.describe(record, now)
-            print("\n".join(lines), flush=True)
-            shown += 1
+        past = set(records) if summary is not None else gone
+        describe = functools.partial(_describe, past=past, ended=ended, now=now)
+        print("\n".join(stacks.grouped(records, describe, now, every=args.all)), flush=True)
+        shown += len(records)
     if not shown and unusable:  # records are there, of no use: not "no rank has written"
         raise ConfigError(unusable[0])
     if not shown:

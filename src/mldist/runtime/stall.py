@@ -30,12 +30,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
-from ..base import envvalues, progress
-from . import straggler, straggler_watch
+from ..base import envvalues, nodes, progress
+from . import straggler, straggler_watch, verdict
 from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
 
@@ -57,6 +58,9 @@ HINTS: Mapping[str, str] = {
 _CHECK_SECONDS = 1.0
 #: After this many records in a row that could not be made, the rank says so (once).
 FAILURES_SAID = 5
+#: How many of its last collectives' waits a record carries for rank 0's slow-rank account
+#: (:mod:`mldist.runtime.straggler_watch`); the rest of the history stays in the watch.
+PUBLISHED_WAITS = straggler.KEPT
 
 
 def collective_timeout(env: Mapping[str, str]) -> float:
@@ -135,6 +139,8 @@ class Watch:
         wall: the time source for published times (seconds since the epoch).
         sampler: says when the main thread waits in a collective nothing marks; counted where no mark
             covers it, as the next collective (a sampled one every rank is in is no stall: it may be long).
+        host: this node's name (default: this host's); local: its node-local folder (default:
+            :func:`mldist.base.nodes.local_folder` of ``where``). The benchmark simulates nodes with them.
     """
 
     def __init__(
@@ -150,6 +156,8 @@ class Watch:
         where: Path | None = None,
         wall: Callable[[], float] = time.time,
         sampler: Sampler | None = None,
+        host: str | None = None,
+        local: Path | None = None,
     ) -> None:
         self.rank, self.engine, self.timeout, self._clock = rank, engine, timeout, clock
         self.probe, self.names, self.size, self.where, self._wall = probe, names, size, where, wall
@@ -167,6 +175,14 @@ class Watch:
         self._publishing = threading.Lock()
         self._failed = 0  # records in a row that could not be made
         self.sampler = sampler
+        self.host = socket.gethostname() if host is None else host
+        self.node: nodes.Node | None = None
+        self.verdicts: verdict.Verdicts | None = None
+        if where is not None:
+            local = nodes.local_folder(where) if local is None else local
+            self.node = nodes.Node(where, local, self.host)
+            self.verdicts = verdict.Verdicts(where, local, rank, self._born, wall)
+        self._judged: tuple[int, float] | None = None  # a sampled wait every rank is in: judged once
         # The slow-rank account (mldist.runtime.straggler): each collective's wait, fit's steps, rank 0's tracker.
         self._waits: collections.deque[straggler.Entry] = collections.deque(maxlen=straggler.KEPT)
         self._ended: float | None = None
@@ -233,7 +249,7 @@ class Watch:
             last = (self._name(self._seen[2]), self._since_wall)  # the graph's last collective ended last
         return progress.Record(
             rank=self.rank,
-            host=socket.gethostname(),
+            host=self.host,
             pid=os.getpid(),
             began=began,
             finished=finished,
@@ -242,20 +258,22 @@ class Watch:
             stack=main_thread_frames(),
             written=self._wall(),
             every=self.every,
-            waits=tuple((n, round(w, 6), round(g, 6)) for n, w, g in kept),
+            waits=tuple((n, round(w, 6), round(g, 6)) for n, w, g in kept[len(kept) - PUBLISHED_WAITS :]),
         )
 
     def publish(self) -> None:
         """Write this rank's record into the progress folder (if any); a failure is said once, then left."""
-        where = self.where
-        if where is None or not self._publishing.acquire(blocking=False):
+        where, node = self.where, self.node
+        if where is None or node is None or not self._publishing.acquire(blocking=False):
             return  # off, or the other thread is at it
         try:
             self._published = now = self._clock()
-            progress.write(where, self.record(now))
+            record = self.record(now)
+            node.publish(self.rank, asdict(record), record.written)
             self._failed = 0
         except OSError as exc:
-            tell(error_line(f"cannot write progress to {where} ({exc.strerror}); a stall will name no late rank"))
+            name = exc.filename or where
+            tell(error_line(f"cannot write progress to {name} ({exc.strerror}); a stall will name no late rank"))
             self.where = None
         except Exception as exc:  # reading another thread's frames must never end the watch
             self._failed += 1  # a frame caught between two lines: the next record, a second later, is fine
@@ -274,15 +292,31 @@ class Watch:
         if alone := (sampled := self._sampled(now, bool(marks) or probed is not None)) is not None:
             began, marks = began + 1, [sampled]
         oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
-        if oldest is None or now - oldest[1] <= self.timeout:
-            return None
+        if oldest is None or now - oldest[1] <= self.timeout or self._judged == (began, oldest[2]):
+            return None  # in time, or a sampled wait every rank was found in (a long one: no stall)
         waited = now - oldest[1]
-        found = progress.read(self.where) if self.where is not None else {}
-        records = {r: record for r, record in found.items() if record.written >= self._born}
-        late = progress.late_lines(self.rank, began, oldest[0], waited, records, self.size, self.where, self._wall())
+        late = self._late(began, oldest[0], oldest[2], waited)
+        if late is None:
+            return None  # the verdict is on its way
         if not late:
-            return None if alone else stall_message(self.rank, self.engine, oldest[0], waited, self.timeout)
+            if alone:
+                self._judged = (began, oldest[2])
+                return None
+            return stall_message(self.rank, self.engine, oldest[0], waited, self.timeout)
         return late_message(self.rank, self.engine, late, waited, self.timeout)
+
+    def _late(self, number: int, what: str, since: float, waited: float) -> list[str] | None:
+        """The lines naming the ranks late for collective ``number``: one rank reads the records, the others
+        take its verdict (:mod:`mldist.runtime.verdict`); None while the verdict is on its way."""
+
+        def judge() -> list[str]:
+            found = progress.read(self.where) if self.where is not None else {}
+            records = {r: record for r, record in found.items() if record.written >= self._born}
+            return progress.late_lines(self.rank, number, what, waited, records, self.size, self.where, self._wall())
+
+        if self.verdicts is None:
+            return judge()
+        return self.verdicts.ask(number, since, judge)
 
     def run(self) -> None:
         """The daemon thread's loop: check about once a second, publish every :attr:`every`, end on a stall."""
@@ -329,8 +363,8 @@ def start(
         _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=_sampler)
         _watch.publish()  # at once: a rank may be stuck before the thread's first turn
         _watch.tracker = straggler_watch.tracker(rank, size, env, _watch._born, _watch.every)
-        if _watch.where is not None and progress.temporary(env):
-            atexit.register(progress.forget, _watch.where, rank)
+        if _watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
+            atexit.register(_watch.node.forget, rank, progress.temporary(env))
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
     return _watch
 

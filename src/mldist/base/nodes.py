@@ -1,0 +1,268 @@
+"""One file per node in the shared progress folder: ranks write to node-local memory, one of them for the node.
+
+A shared file system (Lustre, GPFS) sends every open, create, rename and listing to a metadata
+server the whole centre shares; 16,384 ranks renaming a record each second would be 16,384 such
+operations a second, and their folder 16,384 entries. So each rank writes its record
+(:class:`mldist.base.progress.Record`) into a folder of node-local memory (:func:`local_folder`:
+``/dev/shm``), and about once every :data:`NODE_SECONDS` one rank of the node, whichever takes
+the node's lock first (a rank whose main thread holds Python's lock cannot, another one does),
+gathers the node's records into ``node-HOST.rec`` in the shared folder. Files are rewritten in
+place through a descriptor kept open (:class:`Slot`): no create, no rename, no stat in steady
+state; a line ``CRC JSON`` tells a whole write from one caught half way (the reader tries again).
+
+Example:
+    >>> decode(encode({"a": 1}))
+    {'a': 1}
+    >>> decode(b"00000000 {") is None
+    True
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+#: How often a node's file in the shared folder is rewritten (seconds), whatever the job's size.
+NODE_SECONDS = 1.0
+#: A node's file in the shared folder: ``node-HOST.rec``.
+NODE_FILE = re.compile(r"node-([A-Za-z0-9_.-]{1,200})\.rec")
+#: A rank's record in the node-local folder.
+RANK_FILE = re.compile(r"rank-([0-9]{1,7})\.rec")
+#: How many times a reader tries a file caught half-written.
+TRIES = 3
+
+
+def encode(data: Any) -> bytes:
+    """One line: the CRC-32 of the JSON (8 hex digits), a space, the JSON, a newline."""
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def decode(raw: bytes) -> Any:
+    """What :func:`encode` wrote (bytes after its newline are an older, longer write's: ignored); None when the
+    line is torn or damaged."""
+    line = raw.split(b"\n", 1)[0]
+    crc, _, body = line.partition(b" ")
+    try:
+        if len(crc) != 8 or int(crc, 16) != zlib.crc32(body):
+            return None
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def read_file(path: Path) -> Any:
+    """The data of a file :func:`encode` wrote, or None (missing, damaged, or torn :data:`TRIES` times)."""
+    for attempt in range(TRIES):
+        try:
+            with open(path, "rb") as f:
+                data = decode(f.read())
+        except OSError:
+            return None
+        if data is not None:
+            return data
+        time.sleep(0.01 * (attempt + 1))
+    return None
+
+
+class Slot:
+    """A file rewritten in place through a descriptor kept open: one ``pwrite`` a time in steady state.
+
+    A shorter write leaves the end of a longer one behind; :func:`decode` reads up to the first newline.
+
+    Args:
+        path: the file (truncated at the first write; its folder made, owner-only, if missing).
+        keep: keep the descriptor open between writes (False: open, write, close each time).
+    """
+
+    def __init__(self, path: Path, keep: bool = True) -> None:
+        self.path, self.keep = path, keep
+        self._fd: int | None = None
+        self._fresh = True
+
+    def put(self, data: bytes) -> None:
+        """Write ``data`` at the start of the file."""
+        fd = self._fd if self._fd is not None else self._open()
+        try:
+            os.pwrite(fd, data, 0)
+        finally:
+            if not self.keep:
+                self.close()
+
+    def _open(self) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if self._fresh else 0) | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:  # the folder is missing: made once, not tried before every write
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o600)
+        self._fd, self._fresh = fd, False
+        return fd
+
+    def close(self) -> None:
+        """Close the descriptor (the file stays)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def local_root() -> Path:
+    """Node-local memory for this user: ``/dev/shm/mldist-UID``, else the temporary directory's."""
+    base = Path("/dev/shm") if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return (base or Path(tempfile.gettempdir())) / f"mldist-{os.getuid()}"
+
+
+def local_folder(shared: Path, root: Path | None = None) -> Path:
+    """The node-local folder of the job whose shared progress folder is ``shared``.
+
+    Example:
+        >>> local_folder(Path("/runs/a/progress"), Path("/m")) != local_folder(Path("/runs/b/progress"), Path("/m"))
+        True
+    """
+    digest = hashlib.sha1(str(shared.absolute()).encode()).hexdigest()[:16]
+    return (local_root() if root is None else root) / f"progress-{digest}"
+
+
+def node_name(host: str) -> str:
+    """``node-HOST.rec`` (characters outside ``[A-Za-z0-9_.-]`` become ``_``).
+
+    Example:
+        >>> node_name("nid001234"), node_name("a b")
+        ('node-nid001234.rec', 'node-a_b.rec')
+    """
+    return f"node-{re.sub(r'[^A-Za-z0-9_.-]', '_', host)[:200]}.rec"
+
+
+class Node:
+    """This node's side of the shared folder, for the ranks of this process (one in a real job).
+
+    Args:
+        shared: the shared progress folder.
+        local: the node-local folder (:func:`local_folder`).
+        host: this node's name.
+        keep: keep descriptors open (see :class:`Slot`).
+        defer: a record published when the node's file is not due goes in when it is (a timer thread), even if
+            its rank publishes nothing more.
+    """
+
+    def __init__(self, shared: Path, local: Path, host: str, keep: bool = True, defer: bool = True) -> None:
+        self.shared, self.local, self.host, self.keep, self.defer = shared, local, host, keep, defer
+        self._timer: threading.Timer | None = None
+        self._timers = 0
+        self.file = Slot(shared / node_name(host), keep=keep)
+        self._slots: dict[int, Slot] = {}
+        self._lock: int | None = None
+        #: Node-file writes and records gathered by this process (the benchmark counts them).
+        self.writes = self.gathered = 0
+
+    def publish(self, rank: int, record: dict[str, Any], now: float) -> None:
+        """Write ``rank``'s record to node-local memory, then the node's file when it is due."""
+        slot = self._slots.get(rank) or self._slots.setdefault(rank, Slot(self.local / f"rank-{rank}.rec", self.keep))
+        slot.put(encode(record))
+        wait = self.flush(now, rank)
+        if wait > 0 and self.defer and self._timer is None:  # not due yet: this record goes in when it is
+            if not self._timers:
+                atexit.register(self._at_exit)  # or at this process's exit, whichever comes first
+            self._timers += 1
+            self._timer = threading.Timer(wait, self._deferred)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _deferred(self) -> None:
+        self._timer = None
+        with contextlib.suppress(OSError):
+            self.flush(time.time())
+
+    def _at_exit(self) -> None:
+        """A record that waits for its timer goes in now (this process's last word)."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+            with contextlib.suppress(OSError):
+                self.flush(time.time(), force=True)
+
+    def flush(self, now: float, rank: int | None = None, force: bool = False) -> float:
+        """Rewrite the node's file from node-local memory if it is due (or lacks ``rank``, or ``force``); seconds
+        until it is due (0: written now, or another rank of the node is at it)."""
+        lock = self._lock_fd()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if force else fcntl.LOCK_NB))
+        except OSError:
+            return 0.0  # another rank of the node is at it
+        try:
+            stamp = decode(os.pread(lock, 4096, 0)) or {}
+            last, ranks = float(stamp.get("written", 0.0)), stamp.get("ranks", [])
+            if not (force or now - last >= NODE_SECONDS or now < last or (rank is not None and rank not in ranks)):
+                return last + NODE_SECONDS - now
+            records = self.gather()
+            self.file.put(encode({"host": self.host, "written": now, "ranks": records}))
+            self.writes += 1
+            os.pwrite(lock, encode({"written": now, "ranks": [r.get("rank") for r in records]}), 0)
+            return 0.0
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _lock_fd(self) -> int:
+        if self._lock is None:
+            self.local.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._lock = os.open(self.local / "node.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._lock
+
+    def gather(self) -> list[dict[str, Any]]:
+        """Every record in the node-local folder (node-local reads: no shared file system)."""
+        found: list[dict[str, Any]] = []
+        with contextlib.suppress(OSError), os.scandir(self.local) as entries:
+            for entry in entries:
+                if RANK_FILE.fullmatch(entry.name) and isinstance(data := read_file(Path(entry.path)), dict):
+                    found.append(data)
+        self.gathered += len(found)
+        return sorted(found, key=lambda r: int(r.get("rank", 0)))
+
+    def forget(self, rank: int, shared_too: bool = False) -> None:
+        """Remove ``rank``'s node-local record at its exit; the last rank of the node removes the folder (and,
+        with ``shared_too``, the node's file: a temporary folder's, worth nothing after the job)."""
+        slot = self._slots.pop(rank, None)
+        if slot is not None:
+            slot.close()
+        with contextlib.suppress(OSError):
+            (self.local / f"rank-{rank}.rec").unlink()
+        with contextlib.suppress(OSError):
+            if any(RANK_FILE.fullmatch(name) for name in os.listdir(self.local)):
+                return  # other ranks of the node are still there
+            for name in os.listdir(self.local):
+                (self.local / name).unlink()
+            self.local.rmdir()
+            if shared_too:
+                self.file.close()
+                self.file.path.unlink()
+
+    def close(self) -> None:
+        """Close every descriptor this process keeps."""
+        for slot in (self.file, *self._slots.values()):
+            slot.close()
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock)
+            self._lock = None
+
+
+def read_nodes(shared: Path, names: list[str]) -> list[dict[str, Any]]:
+    """The records in the node files ``names`` of ``shared`` (see :func:`node_name`), damaged ones skipped."""
+    out: list[dict[str, Any]] = []
+    for name in names:
+        data = read_file(shared / name)
+        if isinstance(data, dict) and isinstance(data.get("ranks"), list):
+            out.extend(r for r in data["ranks"] if isinstance(r, dict))
+    return out
