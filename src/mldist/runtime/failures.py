@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import CollectiveMismatch, ConfigError, MldistError
 from .context import current
+from .frames import _library, _short
 from .leave import error_line, leave, tell
 
 #: Collective failures, recognised by a fragment of their message.
@@ -51,6 +52,30 @@ COLLECTIVE_FAILURES: tuple[tuple[str, str], ...] = (
 
 
 _MISMATCH = re.compile(r"workers passed tensors of different [^\n]*")
+#: How TensorFlow's autograph opens the error of a traced function (``tf.function``, ``fit``): the frames
+#: it went through, then the error itself on the last line.
+USER_CODE = "in user code:"
+_FRAME = re.compile(r'File "([^"\n]+)", line ([0-9]+), in ')
+_NAMED = re.compile(r"[A-Za-z_][\w.]*: ")
+
+
+def traced(kind: type[BaseException], message: str) -> str | None:
+    """What went wrong inside a traced function, as autograph's ``in user code:`` error says it: its last
+    line, and the user's ``file:line`` (the innermost frame outside the libraries); None for other errors.
+
+    Example:
+        >>> traced(TypeError, 'in user code:\\n\\n    File "/t/s.py", line 6, in f  *\\n        return fns(x)\\n\\n'
+        ...        "    TypeError: 'list' object is not callable\\n")
+        "TypeError: 'list' object is not callable (at /t/s.py:6)"
+    """
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) < 2 or lines[0] != USER_CODE:
+        return None
+    frames = _FRAME.findall(message)
+    mine = [f for f in frames if not _library(f[0])] or frames
+    where = f" (at {_short(mine[-1][0])}:{mine[-1][1]})" if mine else ""
+    said = lines[-1] if _NAMED.match(lines[-1]) else f"{kind.__name__}: {lines[-1]}"
+    return said + where
 
 
 def mismatch_line(message: str) -> str | None:
@@ -140,13 +165,19 @@ def describe(kind: type[BaseException], exc: BaseException) -> tuple[str, bool]:
     Example:
         >>> describe(ValueError, ValueError("bad value\\nmore"))
         ('raised ValueError: bad value', True)
+        >>> describe(KeyboardInterrupt, KeyboardInterrupt())
+        ('stopped by SIGINT (Ctrl-C)', False)
     """
     if isinstance(exc, MldistError):
         return str(exc), False
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or the launcher passing on its SIGINT: no traceback
+        return "stopped by SIGINT (Ctrl-C)", False
     if line := mismatch_line(str(exc)):
         return line, False
     if explained := explain_failure(str(exc)):
         return f"{explained} ({kind.__name__})", False
+    if said := traced(kind, str(exc)):
+        return f"raised {said}", True
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"raised {kind.__name__}" + (f": {first}" if first else ""), True
 

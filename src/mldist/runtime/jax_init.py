@@ -27,6 +27,7 @@ from typing import Any
 from ..base.envparse import whole
 from ..errors import ConfigError
 from . import jax_engine
+from .leave import leave
 
 #: The detector's name (``jax.distributed.initialize(cluster_detection_method="mldist")`` asks it alone).
 NAME = "mldist"
@@ -158,8 +159,14 @@ def with_cluster_defaults(initialize: Callable[..., Any], env: Mapping[str, str]
     @functools.wraps(initialize)
     def initialize_for_a_cluster(*args: Any, **kwargs: Any) -> Any:
         mine = {k: v for k, v in jax_engine.jax_timeouts(env).items() if k in accepted}
-        for name in given(initialize, args, kwargs):
+        named = given(initialize, args, kwargs)
+        for name in named:
             mine.pop(name, None)
+        if not {"num_processes", "process_id"} <= named:  # JAX asks the detector: a bad value is one line
+            try:
+                world(env)
+            except ConfigError as exc:
+                leave(str(exc), 2)
         if PREEMPTION not in env:
             import jax
 
