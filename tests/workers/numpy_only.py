@@ -30,6 +30,6 @@ row = {
     "min": both.tolist(),
     "bcast": [sent[0].tolist(), sent[1]],
     "gather": rows.tolist(),
-    "imported": sorted(m for m in ("tensorflow", "keras", "jax") if m in sys.modules),
+    "imported": sorted(m for m in ("tensorflow", "keras", "jax", "ml_dtypes") if m in sys.modules),
 }
 print("RESULT " + json.dumps(row), flush=True)

@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -78,16 +79,28 @@ _DTYPES: dict[int, np.dtype[Any]] = {
 _OPERATIONS: dict[str, Any] = {}
 
 
-def _sum16(dtype: Any) -> Callable[[Any, Any, Any], None]:
+def _sum16(dtype: Callable[[], Any]) -> Callable[[Any, Any, Any], None]:
     """A user-defined MPI sum of 16-bit floats carried as their bits: each pair added in float32, rounded
-    back to nearest even (what summing in float32 and casting gives for 2 ranks, bit for bit)."""
+    back to nearest even (what summing in float32 and casting gives for 2 ranks, bit for bit).
+
+    ``dtype`` gives the numpy dtype when the first sum runs: bfloat16's (ml_dtypes) takes a numpy script
+    seconds to load on a busy node, and only bfloat16 values need it.
+    """
 
     def add(inbuf: Any, inoutbuf: Any, datatype: Any) -> None:
-        a = np.frombuffer(inbuf, dtype)
-        b = np.frombuffer(inoutbuf, dtype)
-        b[...] = (a.astype(np.float32) + b.astype(np.float32)).astype(dtype)
+        a = np.frombuffer(inbuf, dtype())
+        b = np.frombuffer(inoutbuf, a.dtype)
+        b[...] = (a.astype(np.float32) + b.astype(np.float32)).astype(a.dtype)
 
     return add
+
+
+@functools.cache
+def _bfloat16() -> np.dtype[Any]:
+    import ml_dtypes
+
+    dtype: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return dtype
 
 
 def operations() -> dict[str, Any]:
@@ -99,12 +112,11 @@ def operations() -> dict[str, Any]:
         comm.Allreduce(MPI.IN_PLACE, bits, operations()["sum_bfloat16"])
     """
     if not _OPERATIONS:
-        import ml_dtypes
         from mpi4py import MPI
 
         _OPERATIONS.update(sum=MPI.SUM, max=MPI.MAX, min=MPI.MIN, prod=MPI.PROD)
-        _OPERATIONS["sum_float16"] = MPI.Op.Create(_sum16(np.dtype(np.float16)), commute=True)
-        _OPERATIONS["sum_bfloat16"] = MPI.Op.Create(_sum16(np.dtype(ml_dtypes.bfloat16)), commute=True)
+        _OPERATIONS["sum_float16"] = MPI.Op.Create(_sum16(lambda: np.dtype(np.float16)), commute=True)
+        _OPERATIONS["sum_bfloat16"] = MPI.Op.Create(_sum16(_bfloat16), commute=True)
     return _OPERATIONS
 
 
