@@ -121,3 +121,29 @@ def test_shared_calls_counts_paths_off_the_node() -> None:
     assert shared_calls(trace, (*LOCAL, "/tmp/mldist-env-7/")) == Counter({"/home/u/train.py": 1})
     assert sum(shared_calls(trace, LOCAL).values()) == 3
     assert until(trace, "/home/u/train.py").splitlines() == trace.splitlines()[:1]
+
+
+def test_mldist_run_stage_env_inside_an_allocation(
+    slurm_env: dict[str, str], small_venv: Path, tmp_path: Path, sbatch: Callable[..., tuple[str, str]]
+) -> None:
+    """``mldist run --stage-env`` in an sbatch job: sbcast, one srun task per node, the shims from the copy."""
+    env = {k: v for k, v in slurm_env.items() if k != "PYTHONPATH"}
+    worker = ROOT / "tests" / "workers" / "staged_numpy.py"
+    run = f"{small_venv}/bin/mldist run --run-dir"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        f"#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=2 --time=10 --output={tmp_path}/job.out\n"
+        f"export PATH={small_venv}/bin:$PATH\n"
+        f"{run} {tmp_path}/plain -- python {worker} {tmp_path}/plain/results || exit 3\n"
+        f"{run} {tmp_path}/staged --stage-env --stage-to tmp -- python {worker} {tmp_path}/staged/results\n"
+    )
+    state, out = sbatch(env, script, tmp_path / "job.out", timeout=600)
+    assert state == "COMPLETED", out[-4000:]
+    m = re.search(rf"staged {re.escape(str(small_venv))} at (/tmp/mldist-env-\d+-\d+) on every node in", out)
+    assert m, out[-4000:]
+    for rank in (0, 1):
+        a = json.loads((tmp_path / "plain" / "results" / f"result-rank{rank}.json").read_text())
+        b = json.loads((tmp_path / "staged" / "results" / f"result-rank{rank}.json").read_text())
+        assert (a["weights"], a["loss"], a["size"]) == (b["weights"], b["loss"], 2)
+        assert a["prefix"] == str(small_venv) and b["prefix"] == m.group(1), b
+    assert not Path(m.group(1)).exists()  # removed when mldist run ended

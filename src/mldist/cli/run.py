@@ -144,6 +144,12 @@ def _add_count_flags(run: Any) -> None:
         "--local", action="store_true",
         help="inside a batch allocation (salloc, sbatch, qsub): start the workers on this node only",
     )  # fmt: skip
+    run.add_argument(
+        "--stage-env", action="store_true",
+        help="inside a batch allocation: copy this Python's venv or conda environment to each node once and run "
+        "the workers from there (sbcast on Slurm)",
+    )  # fmt: skip
+    run.add_argument("--stage-to", default="tmpdir", help="where on a node: tmpdir ($TMPDIR or /tmp), tmp, shm, a path")
 
 
 def register(sub: Any) -> dict[str, Handler]:
@@ -272,8 +278,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         elastic=_elastic(args, nprocs, hosts),
         allocation=found,
         connect_timeout=CONNECT_TIMEOUT if args.connect_timeout is None else args.connect_timeout,
+        stage_to=_stage_to(args, found),
     )
     return run(cfg)
+
+
+def _stage_to(args: argparse.Namespace, found: Any) -> str | None:
+    """``--stage-to`` with ``--stage-env`` inside an allocation (None without); one line where it cannot apply."""
+    from ..launch.batch.staging import check_stage_to
+
+    check_stage_to(args.stage_to)
+    if not args.stage_env:
+        return None
+    if found is None:
+        raise ConfigError("--stage-env copies the environment to the nodes of a batch allocation (salloc, sbatch, "
+                          "qsub) and there is none here (or --local): drop --stage-env")  # fmt: skip
+    return str(args.stage_to)
 
 
 def _elastic(args: argparse.Namespace, nprocs: int, hosts: tuple[tuple[str, int], ...]) -> Any:

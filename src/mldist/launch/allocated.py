@@ -16,11 +16,16 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from ..errors import LaunchError
+from ..errors import ConfigError, LaunchError
+from .batch.staging import ARCHIVE, STAGE_ROOTS, STAGED_WRAPPER, UNPACK
 from .procs import say
 from .remote import RemoteGroup, remote_argv
 
@@ -44,6 +49,68 @@ def srun_mpi(listing: str) -> list[str]:
     return [f"--mpi={PMIX}"] if PMIX in listing.split() else []
 
 
+#: Staged environments of this process, by (per-node step, node-local root): one copy per node per run.
+_STAGED: dict[tuple[tuple[str, ...], str], str] = {}
+
+
+def stage_root(stage_to: str, env: Mapping[str, str]) -> str:
+    """The node-local directory of ``--stage-to`` (``tmpdir``: this process's ``$TMPDIR``, else /tmp)."""
+    return (env.get("TMPDIR") or "/tmp") if stage_to == "tmpdir" else STAGE_ROOTS.get(stage_to, stage_to)
+
+
+def _step(argv: Sequence[str], what: str) -> None:
+    """Run one staging step; its failure is one line (ConfigError: exit 2) naming the step."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"--stage-env: {what} did not run: {exc}") from None
+    if res.returncode != 0:
+        lines = [line for line in (res.stderr + res.stdout).splitlines() if line.strip()]
+        raise ConfigError(f"--stage-env: {what} failed: {lines[-1] if lines else f'exit {res.returncode}'}")
+
+
+def stage(per_node: Sequence[str], root: str, name: str, folder: str, sbcast: bool) -> str:
+    """This Python's environment on every node, once: pack it into ``folder``, send it (``sbcast``, else each
+    node's one task reads it there), unpack it under ``stage_to``; the staged directory.
+
+    Args:
+        per_node: argv starting one task on each node (srun ``--ntasks-per-node=1``, mpiexec ``ppr:1:node``).
+        root: the node-local directory (:func:`stage_root`).
+        name: what makes the staged directory this run's (the job id).
+        folder: where the archive goes (the run directory; with ``sbcast`` it need not be shared).
+        sbcast: Slurm: broadcast the archive first.
+    """
+    key = (tuple(per_node), root)
+    if key in _STAGED:
+        return _STAGED[key]
+    prefix = sys.prefix
+    if not ((Path(prefix) / "pyvenv.cfg").is_file() or (Path(prefix) / "conda-meta").is_dir()):
+        raise ConfigError(f"--stage-env: this Python ({prefix}) is no venv or conda environment; run mldist from one")
+    started, archive = time.monotonic(), Path(folder) / ARCHIVE
+    staged = f"{root}/mldist-env-{name}-{os.getpid()}"
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    _step(["tar", "-C", prefix, "-cf", str(archive), "."], f"packing {prefix} into {archive}")
+    source = f"{staged}.tar" if sbcast else str(archive)
+    if sbcast:
+        _step(["sbcast", "--force", str(archive), source], f"sbcast of {archive} to {source} (--stage-to)")
+    _step(
+        [*per_node, "bash", "-c", UNPACK, "mldist-unpack", staged, source, prefix, "1" if sbcast else "0"], "unpacking"
+    )
+    say(f"staged {prefix} at {staged} on every node in {time.monotonic() - started:.1f} s (--stage-env)")
+    unstage = [*per_node, "bash", "-c", 'rm -rf -- "$1"', "mldist-unstage", staged]  # node-local space back at exit
+    atexit.register(subprocess.run, unstage, capture_output=True, timeout=300, check=False)
+    _STAGED[key] = staged
+    return staged
+
+
+def staged_argv(argv: list[str], staged: str) -> list[str]:
+    """``argv`` with this Python (the shim's) replaced by the staged one, behind the staged wrapper."""
+    at = argv.index(sys.executable)
+    python = staged + sys.executable[len(sys.prefix) :] if sys.executable.startswith(sys.prefix + "/") else "python3"
+    wrapper = ["/bin/bash", "-c", STAGED_WRAPPER, "mldist-staged", staged, sys.prefix]
+    return [*argv[:at], *wrapper, python, *argv[at + 1 :]]
+
+
 class SrunGroup(RemoteGroup):
     """Workers over a Slurm allocation's nodes, started by srun."""
 
@@ -58,7 +125,14 @@ class SrunGroup(RemoteGroup):
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise LaunchError(f"inside a Slurm allocation, but srun does not run: {exc}; use --local") from None
         nodes = min(len(cfg.hosts), cfg.nprocs)
-        return srun_argv(nodes, cfg.nprocs, srun_mpi(listing.stdout + listing.stderr), cfg.command)
+        argv = srun_argv(nodes, cfg.nprocs, srun_mpi(listing.stdout + listing.stderr), cfg.command)
+        if cfg.stage_to is None:
+            return argv
+        step = ["srun", f"--nodes={len(cfg.hosts)}", f"--ntasks={len(cfg.hosts)}", "--ntasks-per-node=1"]
+        folder = cfg.run_dir or self.env.get("TMPDIR") or "/tmp"  # sbcast reads it here: no need to share it
+        root = stage_root(cfg.stage_to, self.env)
+        job = cfg.allocation.job_id if cfg.allocation is not None else "run"
+        return staged_argv(argv, stage(step, root, job, folder, sbcast=True))
 
     def interface(self) -> str | None:
         """``--network-interface`` only (Open MPI's ranks choose theirs), and the run's one line, once."""
@@ -79,7 +153,14 @@ class NodefileGroup(RemoteGroup):
         argv = remote_argv(launcher, cfg.hosts, cfg.nprocs, cfg.command, names, cfg.mpi_args)
         at = argv.index("--host")
         argv[at : at + 2] = ["--hostfile", cfg.allocation.nodefile]
-        return argv
+        if cfg.stage_to is None:
+            return argv
+        n = str(len(cfg.hosts))
+        step = [launcher, "--hostfile", cfg.allocation.nodefile, "--map-by", "ppr:1:node", "-np", n]
+        if not cfg.run_dir:
+            raise ConfigError("--stage-env under PBS needs the run directory (the nodes read the archive there)")
+        root = stage_root(cfg.stage_to, self.env)
+        return staged_argv(argv, stage(step, root, cfg.allocation.job_id, cfg.run_dir, sbcast=False))
 
     def interface(self) -> str | None:
         cfg = self.cfg

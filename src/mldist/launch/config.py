@@ -125,6 +125,9 @@ class RunConfig:
             the workers start through its scheduler's launcher (:mod:`mldist.launch.allocated`), not ssh.
         connect_timeout: with ``hosts`` (not an allocation's), seconds each has to answer over ssh before
             the workers start (``--connect-timeout``); one that does not is named and nothing starts.
+        stage_to: with ``allocation``, ``--stage-env``: this Python's environment is copied to the nodes once
+            each, under this node-local directory (tmpdir, tmp, shm or a path), and the workers run from
+            there (:func:`mldist.launch.allocated.stage`); None: from where it is.
 
     Example:
         >>> RunConfig(nprocs=4, command=("python", "train.py"), max_restarts=2).max_restarts
@@ -153,6 +156,7 @@ class RunConfig:
     elastic: ElasticConfig | None = None
     allocation: Allocation | None = None
     connect_timeout: float = CONNECT_TIMEOUT
+    stage_to: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.nprocs <= MAX_WORKERS:

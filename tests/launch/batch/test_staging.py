@@ -154,3 +154,26 @@ def test_submit_stage_env_dry_run_quotes_every_value(tmp_path: Path) -> None:
     lines = res.stdout.splitlines()
     assert f"mldist_stage_src='{tmp_path}/my env'\"'\"'s'" in lines
     assert 'mldist_stage=/local/x/mldist-env-"$job_id"' in lines
+
+
+def test_mldist_run_stages_only_inside_an_allocation(tmp_path: Path) -> None:
+    res = mldist(["run", "-n", "1", "--stage-env", "--", "python", "-c", "1"], env=clean_env(), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    (line,) = res.stderr.splitlines()
+    assert line.startswith("mldist run: error: --stage-env copies the environment to the nodes of a batch allocation")
+
+
+def test_the_shims_of_an_allocation_start_from_the_staged_python() -> None:
+    from mldist.launch.allocated import srun_argv, stage_root, staged_argv
+
+    argv = staged_argv(srun_argv(1, 2, [], ["python", "t.py"]), "/tmp/mldist-env-7-1")
+    at = argv.index("/bin/bash")
+    assert argv[at : at + 2] == ["/bin/bash", "-c"] and argv[at + 2] == STAGED_WRAPPER
+    assert argv[at + 3 : at + 6] == ["mldist-staged", "/tmp/mldist-env-7-1", sys.prefix]
+    assert argv[at + 6 :] == [
+        "/tmp/mldist-env-7-1" + sys.executable[len(sys.prefix) :], "-m", "mldist.launch.remote_shim", "--", "python",
+        "t.py",
+    ]  # fmt: skip
+    assert (stage_root("tmpdir", {"TMPDIR": "/local"}), stage_root("tmpdir", {}), stage_root("shm", {})) == (
+        "/local", "/tmp", "/dev/shm"
+    )  # fmt: skip
