@@ -26,12 +26,12 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from . import envvalues, progress
-from .files import atomic_write
 
 ALONE = "alone"
 #: The note of a rank that did not join because an uncaught error ended it (its own line says which): not
@@ -45,7 +45,6 @@ HOOK_ENV = envvalues.HOOK.name
 #: worker they start, and each shim removes it from that worker's environment.
 SKIP_ENV = envvalues.HOOK_SKIP.name
 _FILE = re.compile(r"group-([0-9]{1,7})")
-_MARK = re.compile(r"group-([0-9]{1,7})\.joining")
 _HOW = re.compile(r"[a-z_.]{1,40}")
 _WAYS = "mldist.init(), hvd.init() or keras.distribution.initialize()"
 
@@ -83,10 +82,13 @@ def required(env: Mapping[str, str]) -> bool:
 
 def write(where: Path, rank: int, how: str, launch: str = "") -> None:
     """Rank ``rank``'s note: how it joined (``mldist.init``, ``jax.distributed``, ``tf.distribute``) or ``alone``;
-    ``launch`` (:func:`launch_key`), on a second line, tells it from an earlier launch's in the same folder."""
-    with contextlib.suppress(OSError):
-        where.mkdir(parents=True, exist_ok=True)
-        atomic_write(where / f"group-{rank}", how + "\n" + (launch + "\n" if launch else ""))
+    ``launch`` (:func:`launch_key`), on a second line, tells it from an earlier launch's in the same folder.
+
+    A rank that did not join (``alone``, ``failed``) also adds a line to ``group-ends``, the one file a joining
+    rank reads (:func:`ended`): no rank lists the folder."""
+    _put(where / f"group-{rank}", how + "\n" + (launch + "\n" if launch else ""))
+    if how in (ALONE, FAILED):
+        _append(where / ENDS, f"{rank}\t{how}\t{launch}\n")
 
 
 def _lines(path: Path) -> list[str]:
@@ -129,28 +131,86 @@ def launch_key(env: Mapping[str, str]) -> str:
 
 
 def mark(where: Path, rank: int, launch: str, site: str) -> None:
-    """Mark that rank ``rank`` of ``launch`` begins to join a group at ``site`` (``train.py:12``)."""
-    with contextlib.suppress(OSError):
-        where.mkdir(parents=True, exist_ok=True)
-        atomic_write(where / f"group-{rank}.joining", f"{launch}\n{' '.join(site.split())}\n")
+    """Mark that rank ``rank`` of ``launch`` begins to join a group at ``site`` (``train.py:12``): its own file,
+    and a line in ``group-joins``, the one file a rank finishing alone reads (:func:`marks`)."""
+    site = " ".join(site.split())
+    _put(where / f"group-{rank}.joining", f"{launch}\n{site}\n")
+    _append(where / JOINS, f"+\t{rank}\t{launch}\t{site}\n")
 
 
 def unmark(where: Path, rank: int) -> None:
     """Remove rank ``rank``'s mark (its join failed, and the script may go on alone)."""
     with contextlib.suppress(OSError):
         (where / f"group-{rank}.joining").unlink()
+        _append(where / JOINS, f"-\t{rank}\n")
 
 
 def marks(where: Path, launch: str) -> dict[int, str]:
-    """The ranks of ``launch`` that began to join, each with the line it joins at (see :func:`mark`)."""
+    """The ranks of ``launch`` that began to join (and did not take it back), each with the line it joins at
+    (see :func:`mark`): one file read, ``group-joins``."""
     found: dict[int, str] = {}
-    with contextlib.suppress(OSError):
-        for path in where.iterdir():
-            name = _MARK.fullmatch(path.name)
-            lines = _lines(path) if name is not None else []
-            if name is not None and len(lines) >= 2 and lines[0] == launch:
-                found[int(name.group(1))] = lines[1]
+    for fields in _table(where / JOINS):
+        if fields[0] == "+" and len(fields) == 4 and _RANK.fullmatch(fields[1]) and fields[2] == launch:
+            found[int(fields[1])] = fields[3]
+        elif fields[0] == "-" and len(fields) == 2 and _RANK.fullmatch(fields[1]):
+            found.pop(int(fields[1]), None)
     return found
+
+
+def ended(where: Path, launch: str) -> dict[int, str]:
+    """The ranks of ``launch`` that finished without joining (``alone``) or on an error before (``failed``):
+    one file read, ``group-ends`` (see :func:`write`)."""
+    return {
+        int(fields[0]): fields[1]
+        for fields in _table(where / ENDS)
+        if len(fields) == 3 and _RANK.fullmatch(fields[0]) and fields[1] in (ALONE, FAILED) and fields[2] == launch
+    }
+
+
+def noted(where: Path, ranks: Iterable[int], launch: str) -> dict[int, str]:
+    """The notes of ``ranks`` of ``launch`` (each rank's own file: read only for the ranks asked about)."""
+    notes = {}
+    for rank in ranks:
+        lines = _lines(where / f"group-{rank}")
+        if lines and _HOW.fullmatch(lines[0]) and lines[1:2] == ([launch] if launch else []):
+            notes[rank] = lines[0]
+    return notes
+
+
+#: The files that spare the ranks a listing of the folder: marks as they come, and the ranks that did not join.
+JOINS, ENDS = "group-joins", "group-ends"
+_RANK = re.compile(r"[0-9]{1,7}")
+
+
+def _put(path: Path, text: str) -> None:
+    """Write a small file whole (temp, rename) without fsync: it matters while the job runs, and the folder is
+    made only when missing (the parent of every rank's file: no directory fsync per rank)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        try:
+            tmp.write_text(text, encoding="utf-8")
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def _append(path: Path, line: str) -> None:
+    """Add one line to ``path`` with a single ``O_APPEND`` write (whole lines on Lustre, GPFS and local disks)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+def _table(path: Path) -> list[list[str]]:
+    """The tab-separated fields of each whole line of ``path`` ([] when it is missing)."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = path.read_text(encoding="utf-8")
+        return [line.split("\t") for line in text.split("\n")[:-1] if line]
+    return []
 
 
 def waiting(marked: Mapping[int, str], notes: Mapping[int, str]) -> dict[int, str]:

@@ -3,11 +3,12 @@
 ``MPI_Finalize`` waits for every rank, so a rank whose script ended while another
 still needs it in a collective would hang both. Here each rank counts the
 collectives it has run; when its script ends (exit 0, or 75 to be requeued) it
-tells every other rank how many it ran, then waits for all of them to end too,
-as MPI_Finalize would. A rank that is in, or enters, a collective that a departed
-rank never ran ends at once with one line naming that rank (a daemon thread looks
-every :data:`POLL_SECONDS` while a collective is in flight; the engine looks
-before each one). Non-zero exits do not come here: :mod:`leave` ends the job.
+tells how many it ran (every rank tells rank 0, which tells every rank: 2 (N - 1)
+messages), then waits for all of them to end too (one non-blocking barrier), as
+MPI_Finalize would. A rank that is in, or enters, a collective that a departed
+rank it heard of never ran ends at once with one line naming that rank (a daemon
+thread looks every :data:`POLL_SECONDS` while a collective is in flight; the
+engine looks before each one). Non-zero exits do not come here: :mod:`leave` ends the job.
 
 Example::
 
@@ -45,6 +46,20 @@ def departed_message(rank: int, code: int, ran: int, what: str) -> str:
         f"in {what}; every rank must run the same collectives (the same steps and epochs: "
         "mldist.data.shard gives every rank the same number of batches)"
     )
+
+
+#: The rank every departing rank tells, and that tells every rank of its own departure.
+HUB = 0
+
+
+def told(rank: int, size: int) -> list[int]:
+    """The ranks ``rank`` tells of its departure (and hears from): the hub every rank, a rank the hub.
+
+    Example:
+        >>> told(0, 4), told(2, 4)
+        ([1, 2, 3], [0])
+    """
+    return [peer for peer in range(size) if peer != rank] if rank == HUB else [HUB]
 
 
 class Departures:
@@ -106,7 +121,13 @@ class Departures:
                 self._check(number, what)
 
     def depart(self, code: int) -> None:
-        """Tell the others this rank ran its last collective, then wait until every rank has departed."""
+        """Tell the others this rank ran its last collective, then wait until every rank has departed.
+
+        A rank tells the hub (rank :data:`HUB`) alone, and the hub tells every rank: 2 (N - 1) messages in all,
+        not N (N - 1). The hub names a rank that left while it runs collectives the rank never ran; a rank
+        still running collectives after the hub left hears it from the hub. Then one non-blocking barrier: every
+        rank has departed when it completes.
+        """
         from mpi4py import MPI
 
         # A stop signal must end the wait at once (a Python flag handler, e.g. preemption's, would not).
@@ -114,7 +135,11 @@ class Departures:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
         self._payload[:] = (code, self.started)
-        self._sent = [self.comm.Isend(self._payload, peer, TAG) for peer in range(self.size) if peer != self.rank]
-        while len(self.poll()) < self.size - 1:
+        self._sent = [self.comm.Isend(self._payload, peer, TAG) for peer in told(self.rank, self.size)]
+        barrier = self.comm.Ibarrier()
+        while not barrier.Test():
+            self.poll()
+            time.sleep(_WAIT_SECONDS)
+        while len(self.poll()) < len(told(self.rank, self.size)):  # sent before the barrier: on their way
             time.sleep(_WAIT_SECONDS)
         MPI.Request.Waitall(self._sent)

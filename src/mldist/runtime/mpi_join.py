@@ -171,8 +171,8 @@ def join_rounds(comm: Any, rank: int, begin: Callable[[], None], end: Callable[[
             both[8] = 1
             mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, both, MPI.MAX))  # matches the engine's signature
             if both[0] == JOINED:  # no active rank is left: everyone has joined
-                stamps = comm.allgather((joined_at, rank))
-                return int(max(stamps)[1])
+                last = comm.allreduce((joined_at, rank), op=MPI.MAX)  # a reduction: O(log N), not N to each rank
+                return int(last[1])
             agreed = np.array_equal(both[:4], -both[4:8])
             if agreed and int(both[0]) in REDUCE_CODES:
                 answer(comm, int(both[0]), layout(comm, int(-both[9]), None), mpi_ops)

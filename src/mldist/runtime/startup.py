@@ -151,7 +151,7 @@ def joining(environ: Mapping[str, str], rank: int) -> None:
         return
     site = _site()
     joined.mark(where, rank, launch, site)  # first the mark, then the look: a rank finishing alone does the opposite
-    notes = {r: how for r, how in joined.read(where, launch).items() if r != rank}
+    notes = {r: how for r, how in joined.ended(where, launch).items() if r != rank}  # one file, not a listing
     alone = sorted(r for r, how in notes.items() if how == joined.ALONE)
     failed = sorted(r for r, how in notes.items() if how == joined.FAILED)
     if alone or failed:
@@ -196,13 +196,15 @@ def _half_formed_at_exit(where: Path, rank: int, launch: str) -> None:
     """This rank finishes alone: when ranks of its launch wait to join, say the line and exit 2 (never returns)."""
     if _Said.done or getattr(sys, "last_value", None) is not None:  # said already, or an uncaught error ends it
         return
-    notes = joined.read(where, launch)
-    waits = {r: site for r, site in joined.waiting(joined.marks(where, launch), notes).items() if r != rank}
+    marked = {r: site for r, site in joined.marks(where, launch).items() if r != rank}  # one file, not a listing
+    if not marked:
+        return
+    waits = joined.waiting(marked, joined.noted(where, marked, launch))
     if not waits:
         return
     from . import leave
 
-    alone = sorted({rank, *(r for r, how in notes.items() if how == joined.ALONE)})
+    alone = sorted({rank, *(r for r, how in joined.ended(where, launch).items() if how == joined.ALONE)})
     leave.tell(leave.error_line(joined.half_formed(alone, _places(where, waits))))
     os._exit(2)  # an exit handler cannot change the exit code otherwise
 
