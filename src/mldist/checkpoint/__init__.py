@@ -13,7 +13,7 @@ Example::
 
 from __future__ import annotations
 
-from .format import ModelMismatch
+from .format import ModelMismatch, SaveFailed
 from .manager import CheckpointManager
 
-__all__ = ["CheckpointManager", "ModelMismatch"]
+__all__ = ["CheckpointManager", "ModelMismatch", "SaveFailed"]

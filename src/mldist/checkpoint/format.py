@@ -53,6 +53,36 @@ class ModelMismatch(CheckpointError):
     """A sound checkpoint of other variables than the ones to restore (the model changed)."""
 
 
+class SaveFailed(CheckpointError):
+    """A checkpoint that could not be written (a full disk, a quota); nothing of it is left, the older ones stand."""
+
+
+def megabytes(size: int) -> str:
+    """A size as a user reads it (kB, MB or GB).
+
+    Example:
+        >>> megabytes(3_250_000), megabytes(10_049), megabytes(7 << 30)
+        ('3.2 MB', '10.0 kB', '7.5 GB')
+    """
+    unit, scale = next((u, s) for u, s in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)) if size >= s or u == "kB")
+    return f"{size / scale:.1f} {unit}"
+
+
+def not_saved(what: str, where: Path, needed: int, exc: OSError, about: str = "") -> str:
+    """The one line of a save that failed: which path, what it needed (``about``: "about " for an estimate)
+    and what was free there.
+
+    Example:
+        >>> not_saved("checkpoint", Path("/nonexistent/ckpt-0000000048"), 3_100_000, OSError(28, "No space left"))
+        'checkpoint /nonexistent/ckpt-0000000048 not saved (No space left): it needs 3.1 MB'
+    """
+    try:
+        free = f", {megabytes(shutil.disk_usage(where.parent).free)} free there"
+    except OSError:
+        free = ""
+    return f"{what} {where} not saved ({exc.strerror or exc}): it needs {about}{megabytes(needed)}{free}"
+
+
 def versions() -> dict[str, str]:
     """Versions recorded in every manifest."""
     out = {"mldist": __version__, "python": sys.version.split()[0]}
@@ -70,21 +100,28 @@ def write_checkpoint(directory: Path, step: int, arrays: dict[str, Any], manifes
         step: the step number in the name.
         arrays: name -> numpy array, stored in ``state.npz``.
         manifest: JSON-able metadata; the file list with sizes and checksums is added.
+
+    Raises :class:`SaveFailed` (one line: the path, the size it needs, the space free there) when it cannot
+    be written; nothing of it is left then, and the checkpoints written before stand.
     """
     import numpy as np
 
-    directory.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     state = buf.getvalue()
     files = {STATE: {"bytes": len(state), "sha256": hashlib.sha256(state).hexdigest()}}
-    manifest = {**manifest, "format": FORMAT, "step": step, "files": files}
+    text = json.dumps({**manifest, "format": FORMAT, "step": step, "files": files}, indent=1, sort_keys=True)
     final = directory / f"ckpt-{step:010d}"
     tmp = directory / f".tmp-ckpt-{step:010d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    atomic_write(tmp / STATE, state)
-    atomic_write(tmp / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        atomic_write(tmp / STATE, state)
+        atomic_write(tmp / MANIFEST, text)
+    except OSError as exc:  # a full disk: nothing half-written stays, the older checkpoints stand
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SaveFailed(not_saved("checkpoint", final, len(state) + len(text), exc)) from None
     if final.exists():  # the same step saved again (e.g. preempted right after a save)
         old = directory / f".old-{final.name}-{os.getpid()}"
         final.rename(old)

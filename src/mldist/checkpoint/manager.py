@@ -97,6 +97,10 @@ class CheckpointManager:
             step: the step number (names the checkpoint; restore returns it).
             extra: JSON-able state to keep with it (epoch, data positions, ...).
             objects: name -> model, optimizer, module or variables.
+
+        Raises :class:`~mldist.checkpoint.format.SaveFailed` on the rank that could not write it (a full
+        disk): one line naming the path, the size it needs and the space free there; the older checkpoints
+        stand and nothing of this one is left.
         """
         ctx = runtime.init()
         places = [self.directory] if ctx.is_chief else []

@@ -18,9 +18,16 @@ import keras
 
 from .. import data, preempt, runtime
 from ..base.files import replace_durably
-from ..checkpoint import CheckpointManager
+from ..checkpoint import CheckpointManager, SaveFailed
+from ..checkpoint.format import checkpoints, not_saved
+from ..checkpoint.manager import variables_of
 from ..errors import ConfigError
 from ..runtime import allreduce, compat
+from ..runtime.leave import leave
+
+#: Exit code (EX_IOERR) of a training that ended with its last state on no disk: every save since some step
+#: failed (a full disk), and so did the final model. A rerun resumes from the newest checkpoint on disk.
+UNSAVED_CODE = 74
 
 
 def _say(message: str) -> None:
@@ -138,6 +145,8 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
         self._remaining: int | None = None
         self._train: data.Stream | None = None
         self._marks: list[int] = []
+        #: The step of the first save that failed since the last one that worked (None: the last one worked).
+        self._unsaved: int | None = None
 
     # -- state --------------------------------------------------------------------------------
 
@@ -159,10 +168,21 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
     def _save(self) -> None:
         if self._saved_at == self._step:
             return
-        path = self.manager.save(self._step, extra=self._extra(), **self._objects())
-        self._saved_at = self._step
+        try:
+            path = self.manager.save(self._step, extra=self._extra(), **self._objects())
+        except SaveFailed as exc:  # a full disk: training goes on, and the next save tries again
+            self._saved_at, self._unsaved = self._step, self._unsaved or self._step
+            print(f"mldist: {exc}; {self._newest()}; training goes on and the next save tries again",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return
+        self._saved_at, self._unsaved = self._step, None
         if path is not None:
             _say(f"saved checkpoint {path}")
+
+    def _newest(self) -> str:
+        """Where a rerun would resume: the newest checkpoint on this rank's disk (read, not verified)."""
+        found = checkpoints(self.manager.directory)
+        return f"the newest on disk is {found[-1][1]}" if found else "no checkpoint is on disk yet"
 
     def _restore(self) -> None:
         optimizer = getattr(self.model, "optimizer", None)
@@ -253,7 +273,8 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
         self._save()
         if runtime.size() > 1:
             allreduce(keras.ops.zeros(()), op="sum")  # nobody exits before rank 0 wrote
-        _say(f"checkpoint saved at step {self._step}; exiting with {preempt.REQUEUE_CODE} to be requeued")
+        done = "checkpoint saved" if self._unsaved is None else "checkpoint NOT saved (above)"
+        _say(f"{done} at step {self._step}; exiting with {preempt.REQUEUE_CODE} to be requeued")
         sys.stdout.flush()
         raise SystemExit(preempt.REQUEUE_CODE)
 
@@ -261,9 +282,26 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
         preempt.uninstall(self._handlers)
         compat.set_initial_epoch(self.model, None)
         if self.final_model and runtime.is_chief():
-            directory = self.manager.directory
+            self._save_final(self.final_model)
+        elif self._unsaved is not None and runtime.is_chief():
+            self._unsaved_end(f"every checkpoint since step {self._unsaved} failed")
+
+    def _save_final(self, name: str) -> None:
+        """Rank 0: the whole model as ``directory/name``; a full disk leaves nothing half-written and ends the
+        job with :data:`UNSAVED_CODE` in one line."""
+        directory = self.manager.directory
+        tmp = directory / f".tmp-{os.getpid()}-{name}"
+        try:
             directory.mkdir(parents=True, exist_ok=True)
-            tmp = directory / f".tmp-{os.getpid()}-{self.final_model}"
             with single_process():
                 self.model.save(tmp)  # Keras wants the .keras suffix, so not files.atomic_write
-            replace_durably(tmp, directory / self.final_model)
+            replace_durably(tmp, directory / name)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            size = sum(int(v.numpy().nbytes) for o in self._objects().values() for v in variables_of(o))
+            self._unsaved_end(not_saved("the final model", directory / name, size, exc, about="about "))
+
+    def _unsaved_end(self, why: str) -> None:
+        """End a training whose last state is on no disk: one line, exit code :data:`UNSAVED_CODE`."""
+        leave(f"training ended but its last state is not on disk: {why}; {self._newest()}: free space there, "
+              "then run again to resume from it", UNSAVED_CODE)  # fmt: skip
