@@ -2,7 +2,7 @@
 
     sudo python benchmarks/network.py [--rate none,10gbit,1gbit] [--models cnn,mobilenetv2]
                                       [--rounds 3] [--compression bf16] [--horovod /tmp/hvd/venv]
-                                      [--backends tf,jax]
+                                      [--backends tf,jax] [--ranks-per-host 1,2,4 [--fit]]
 
 The hosts are the project's own (scripts/test-hosts.sh: network namespaces hx1 and hx2 on a
 private bridge, each with an sshd); the script starts them if they do not answer and stops
@@ -52,6 +52,17 @@ the bound is compute alone.
 
 The table: per model and rate, images/s per worker of each run; in brackets the ratio over
 compute alone, then over the bound; then mldist/Horovod, both on hvd_worker.py (the same program).
+
+Several ranks per host (``--ranks-per-host R``, e.g. ``1,2,4``): instead of the table above, per rate,
+model and R, the all-reduce of the model's gradient size (bench_worker.py ``allreduce``: mldist.allreduce
+in a tf.function, 8 timed after 2 warm-ups, the slower rank's mean) on ``-H hx1:R,hx2:R``,
+flat (``MLDIST_HIERARCHICAL=0``) and hierarchical (``=1``: reduce on the host, all-reduce among one
+rank per host, broadcast on the host) side by side, with the per-node bound: n bytes each way per host
+at the link's rate (the 2 leaders' all-reduce) plus the on-node all-reduce measured alone (``-H hx1:R``:
+what the reduce and the broadcast on a host cost together). ``--fit`` adds Keras fit (bench_worker.py
+``mldist``) flat and hierarchical with compute alone, images/s per worker, over the bound
+batch / max(compute, transfer + on-node). R ranks on a host share the machine's cores (rank r pinned to
+CPU r mod cores), so on the 2-core VM the compute-bound runs are slower than on real nodes.
 
 A round takes about 5 minutes per rate (both models, 6 runs each, on the 2-core VM); Horovod's
 column needs its venv (``--horovod none`` leaves it out).
@@ -181,8 +192,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
             proc.wait(timeout=wait)
 
 
-def launch(cmd: list[str], env: dict[str, str]) -> list[dict[str, object]]:
-    """Run one launcher command to its end; every RESULT row its ranks print (stopped if this script stops)."""
+def launch(cmd: list[str], env: dict[str, str], ranks: int = 2) -> list[dict[str, object]]:
+    """Run one launcher command to its end; every RESULT row its ``ranks`` print (stopped if this script stops)."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )
@@ -191,8 +202,10 @@ def launch(cmd: list[str], env: dict[str, str]) -> list[dict[str, object]]:
     finally:
         _stop(proc)
     rows = _rows(out)
-    if proc.returncode or len(rows) != 2:
-        fail(f"run failed (exit code {proc.returncode}, {len(rows)} of 2 results): {' '.join(cmd)}\n{err[-2000:]}")
+    if proc.returncode or len(rows) != ranks:
+        fail(
+            f"run failed (exit code {proc.returncode}, {len(rows)} of {ranks} results): {' '.join(cmd)}\n{err[-2000:]}"
+        )
     return rows
 
 
@@ -386,6 +399,116 @@ def report(samples: Samples, wire: Wire, horovod: str) -> dict[str, object]:
     return out | {"medians_img_per_s_per_worker": table, "wire": facts, "horovod": horovod}
 
 
+#: Per-R runs of one model: name -> (MLDIST_HIERARCHICAL, hosts, bench_worker mode); ``{r}`` is R.
+TIER_RUNS = {
+    "on-node": ("0", "hx1:{r}", "allreduce"),
+    "flat": ("0", "hx1:{r},hx2:{r}", "allreduce"),
+    "tiers": ("1", "hx1:{r},hx2:{r}", "allreduce"),
+}
+TIER_FITS = {
+    "fit compute": ("0", "hx1:{r},hx2:{r}", "compute"),
+    "fit flat": ("0", "hx1:{r},hx2:{r}", "mldist"),
+    "fit tiers": ("1", "hx1:{r},hx2:{r}", "mldist"),
+}
+TIER_STEPS = ["--steps", "8", "--warmup", "2"]  # the all-reduce: 8 timed after 2 warm-ups
+TIER_GOALS = (
+    "goals (issue 65, 1gbit, R=2): 1.4 MB (cnn) all-reduce in tiers within 1.2x of R=1's flat; "
+    "MobileNetV2 fit in tiers >= 0.9 of the per-node bound and >= 1.3x flat"
+)
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``1,2,4`` -> ranks per host, each 1 to 8.
+
+    Example:
+        >>> parse_ranks("1,2")
+        [1, 2]
+    """
+    found = [r.strip() for r in text.split(",")]
+    if not all(re.fullmatch(r"[1-8]", r) for r in found) or len(set(found)) != len(found):
+        fail(f"--ranks-per-host {text!r}: give ranks per host from 1 to 8, comma-separated, each once (e.g. 1,2,4)")
+    return [int(r) for r in found]
+
+
+def tier_configs(model: str, r: int, fit: bool) -> dict[str, tuple[list[str], int]]:
+    """Name -> (launcher command, ranks) of each run of ``model`` with ``r`` ranks per host."""
+    runs = TIER_RUNS | (TIER_FITS if fit else {})
+    out: dict[str, tuple[list[str], int]] = {}
+    for name, (switch, hosts, mode) in runs.items():
+        if r == 1 and name in ("on-node", "tiers", "fit tiers"):  # one rank per host: tiers are the flat path
+            continue
+        steps = TIER_STEPS if mode == "allreduce" else STEPS[model]
+        args = ["--model", model, *steps, "--threads", "1", *PIN]
+        host_list = hosts.format(r=r)
+        cmd = ["env", f"MLDIST_HIERARCHICAL={switch}", PY, "-m", "mldist", "run", "-H", host_list, "--no-run-dir"]
+        out[name] = ([*cmd, "--", *WORKER, mode, *args], r * host_list.count(":"))
+    return out
+
+
+def tier_value(name: str, rows: list[dict[str, object]]) -> float:
+    """A tier run's figure: the slower rank's all-reduce ms, or its images/s for a fit."""
+    if name.startswith("fit"):
+        return images_per_second(rows)
+    return max(float(row["allreduce_ms"]) for row in rows)  # type: ignore[arg-type]
+
+
+def measure_tiers(
+    models: list[str], rates: list[str], ranks: list[int], rounds: int, fit: bool, ssh_config: str
+) -> tuple[dict[str, dict[str, float]], dict[str, list[float]]]:
+    """Medians per ``model/rate/R`` of every tier run, and each model's gradient bytes."""
+    samples: dict[str, dict[str, list[float]]] = {}
+    grads: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mldist-network-") as run_dirs:
+        env = env_for(ssh_config, run_dirs, "none")
+        for rnd in range(1, rounds + 1):
+            for rate in rates:
+                with shaped(rate):
+                    for model, r in [(m, r) for m in models for r in ranks]:
+                        for name, (cmd, n) in tier_configs(model, r, fit).items():
+                            rows = launch(cmd, env, n)
+                            value = tier_value(name, rows)
+                            samples.setdefault(f"{model}/{rate}/{r}", {}).setdefault(name, []).append(value)
+                            if "gradient_bytes" in rows[0]:
+                                grads[model] = [float(rows[0]["gradient_bytes"])]  # type: ignore[arg-type]
+                            print(f"round {rnd} {rate:>7s} {model:12s} R={r} {name:12s} {value:9.2f}")
+    return {k: {n: statistics.median(v) for n, v in c.items()} for k, c in samples.items()}, grads
+
+
+def report_tiers(med: dict[str, dict[str, float]], grads: dict[str, list[float]]) -> dict[str, object]:
+    """Print the flat and hierarchical all-reduce (and fit) side by side with the per-node bound."""
+    print("\nall-reduce of the gradient, ms (slower rank; in brackets: over the per-node bound), 2 hosts x R ranks")
+    print(f"{'model':12s} | {'rate':>7s} | R | {'MB':>6s} | {'link':>7s} | {'on-node':>7s} | {'bound':>7s} | "
+          f"{'flat':>14s} | {'tiers':>14s} | flat/tiers | tiers/R=1")  # fmt: skip
+    table: dict[str, object] = {}
+    for key, m in med.items():
+        model, rate, r = key.split("/")
+        nbytes = grads[model][0]
+        link = nbytes * 8 / bits_per_second(rate) * 1e3  # n each way per host, the leaders' all-reduce
+        bound = link + m.get("on-node", 0.0)
+        tiers = m.get("tiers", m["flat"])  # R=1: the flat path is the tiered one
+        one = med.get(f"{model}/{rate}/1", {}).get("flat", 0.0)
+        over_one = f"{tiers / one:9.2f}x" if one else f"{'-':>10s}"
+        print(f"{model:12s} | {rate:>7s} | {r} | {nbytes / 1e6:6.2f} | {link:7.1f} | {m.get('on-node', 0.0):7.1f} | "
+              f"{bound:7.1f} | {m['flat']:7.1f} ({m['flat'] / bound:4.2f}) | {tiers:7.1f} ({tiers / bound:4.2f}) | "
+              f"{m['flat'] / tiers:9.2f}x | {over_one}")  # fmt: skip
+        table[key] = m | {"bound_ms": bound, "link_ms": link, "gradient_bytes": nbytes}
+    fits = {k: m for k, m in med.items() if "fit flat" in m}
+    if fits:
+        print("\nfit, images/s per worker (slower rank; in brackets: over the per-node bound batch / max(compute, "
+              "link + on-node))")  # fmt: skip
+        for key, m in fits.items():
+            model, rate, r = key.split("/")
+            step = max(BATCHES[model] / m["fit compute"], table[key]["bound_ms"] / 1e3)  # type: ignore[index]
+            bound = BATCHES[model] / step
+            tiers = m.get("fit tiers", m["fit flat"])
+            print(f"{model:12s} | {rate:>7s} | R={r} | compute {m['fit compute']:8.1f} | bound {bound:8.1f} | "
+                  f"flat {m['fit flat']:8.1f} ({m['fit flat'] / bound:.2f}) | tiers {tiers:8.1f} ({tiers / bound:.2f}) "
+                  f"| tiers/flat {tiers / m['fit flat']:.2f}x")  # fmt: skip
+            table[key] |= {"fit_bound_img_per_s": bound}  # type: ignore[operator]
+    print(TIER_GOALS)
+    return {"tiers": table}
+
+
 def _on_term(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # the finally blocks remove the shaping, stop the runs and the hosts
 
@@ -398,7 +521,10 @@ def main() -> None:
     p.add_argument("--compression", default="bf16", help="the compressed mldist run's compression (fp16, bf16)")
     p.add_argument("--horovod", default="/tmp/hvd/venv", help="Horovod 0.28.1's venv, or none to leave it out")
     p.add_argument("--backends", default="tf", help="Keras's backends, comma-separated: tf, jax or tf,jax")
+    p.add_argument("--ranks-per-host", default="", help="e.g. 1,2,4: flat and hierarchical all-reduce side by side")
+    p.add_argument("--fit", action="store_true", help="with --ranks-per-host: Keras fit flat and hierarchical too")
     args = p.parse_args()
+    ranks = parse_ranks(args.ranks_per_host) if args.ranks_per_host else []
     backends = tuple(b.strip() for b in args.backends.split(","))
     if not backends or any(b not in ("tf", "jax") for b in backends) or len(set(backends)) != len(backends):
         fail(f"--backends {args.backends!r}: name tf, jax or both (tf,jax), each once")
@@ -410,7 +536,8 @@ def main() -> None:
         fail(f"--rounds {args.rounds}: give 1 or more")
     if args.compression not in WIRE_DTYPES:  # before the hosts start: a typo must not cost a round of every run
         fail(f"--compression {args.compression!r} is not a compression; use {' or '.join(WIRE_DTYPES)}")
-    if "tf" in backends and args.horovod != "none" and not (Path(args.horovod) / "bin" / "mpirun").exists():
+    horovod_missing = not (Path(args.horovod) / "bin" / "mpirun").exists()
+    if not ranks and "tf" in backends and args.horovod != "none" and horovod_missing:
         fail(f"--horovod {args.horovod!r} has no bin/mpirun: build it (WORK=/tmp/hvd bash ../shared/recipes/"
              "horovod-0.28.1/build.sh), or --horovod none")  # fmt: skip
     if os.geteuid() != 0:
@@ -418,6 +545,12 @@ def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a background job may have inherited it ignored
         signal.signal(sig, _on_term)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each run's line as it ends
+    if ranks:
+        with test_hosts() as ssh_config:
+            unshape()
+            med, grads = measure_tiers(models, rates, ranks, args.rounds, args.fit, ssh_config)
+        print(json.dumps(report_tiers(med, grads)))
+        return
     with test_hosts() as ssh_config:
         unshape()  # a run killed with SIGKILL may have left its shaping
         samples, wire = measure(models, rates, args.rounds, args.compression, args.horovod, ssh_config, backends)

@@ -5,8 +5,12 @@
 - ``HOROVOD_TIMELINE=FILE`` records every rank from ``hvd.init()`` to the end of the
   script into one Chrome trace at FILE (rank 0 writes it); ``hvd.start_timeline(FILE)`` and
   ``hvd.stop_timeline()`` do the same for a stretch of the script (call both on every rank).
+- ``HOROVOD_HIERARCHICAL_ALLREDUCE=1``/``0`` turns the MPI engine's hierarchical all-reduce on or
+  off (reduce on the node, all-reduce among one rank per node, broadcast on the node;
+  :mod:`mldist.placement.hierarchy`) when ``MLDIST_HIERARCHICAL`` is unset. Unset, mldist uses it
+  where it helps (several nodes, more than one rank on a node).
 - Horovod's other tuning variables (cycle time, autotune, stall check, cache, hierarchical
-  collectives, ...) have no counterpart: rank 0 says so in one line.
+  allgather, ...) have no counterpart: rank 0 says so in one line.
 
 Example::
 
@@ -33,7 +37,7 @@ from ..runtime.profiling import Recording
 #: Variables Horovod reads that change nothing here (mldist fuses per step and has its own stall watch).
 NO_EFFECT = (
     "HOROVOD_CYCLE_TIME", "HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_CACHE_CAPACITY",
-    "HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_STALL_CHECK_DISABLE",
+    "HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_STALL_CHECK_DISABLE",
     "HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_TIMELINE_MARK_CYCLES",
     "HOROVOD_BATCH_D2D_MEMCOPIES", "HOROVOD_NUM_NCCL_STREAMS", "HOROVOD_MPI_THREADS_DISABLE",
     "HOROVOD_DISABLE_GROUP_FUSION", "HOROVOD_RESPONSE_CACHE_CAPACITY", "HOROVOD_THREAD_AFFINITY",

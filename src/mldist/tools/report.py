@@ -30,7 +30,7 @@ from ..base import envvalues
 from ..base.procs import STARTUP_NOISE
 from ..base.secrets import redact
 from ..errors import ConfigError, MldistError
-from ..placement import Placement, backend, build_cluster_spec, detect, handed
+from ..placement import Placement, backend, build_cluster_spec, detect, handed, hierarchy
 from ..placement.engines import requested_engine
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, thread_plan
@@ -219,9 +219,18 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict
         decision = decide_here(placement, out["requested"], has_gpu, env)
         out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": decision.library}
         out["decided"] = handed.provenance(decision, handed.handed_in(env) is not None)
+        out |= {"allreduce": _tiers(env, placement)} if decision.mpi_world else {}
     except MldistError as exc:
         out |= {"choice": "error", "reason": str(exc)}
     return out
+
+
+def _tiers(env: Mapping[str, str], placement: Placement) -> str:
+    """The MPI engine's all-reduce on this placement: flat, or hierarchical over nodes (the engine asks MPI)."""
+    try:
+        return hierarchy.decide(hierarchy.requested(env), *hierarchy.shape(placement)).said
+    except ConfigError as exc:
+        return f"error: {exc}"
 
 
 def format_report(report: Mapping[str, Any]) -> str:
@@ -261,5 +270,6 @@ def format_report(report: Mapping[str, Any]) -> str:
         )
         lines += [f"mpi       {e['mpi_library']}"] if e["mpi_library"] else []
         lines += [f"decided   {e['decided']}"] if e.get("decided") else []
+        lines += [f"allreduce {e['allreduce']}"] if e.get("allreduce") else []
     lines += [f"error     {e}" for e in report["errors"]]
     return "\n".join(lines)
