@@ -8,14 +8,15 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist
+from helpers import PY, USERS_GC, WORKERS, check, clean_env, engine_launch, mldist
 from mldist.base import envvalues
 from mldist.base.progress import Record
 from mldist.cli import main
 from mldist.errors import ConfigError
-from mldist.runtime import straggler, straggler_watch
+from mldist.runtime import straggler, straggler_gather, straggler_watch
 
 WORKER = WORKERS / "straggler.py"
 SLEEP_LINE = next(i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if "spends its time here" in line)
@@ -194,3 +195,91 @@ def test_a_balanced_or_short_run_is_not_named_at_its_end() -> None:
     assert found is not None and found.rank == 1 and found.last_share == 1.0
     slow._last_turn = 30.0  # the window filled while the job ran: the line was the live watch's to say
     assert slow.at_end(31.0) is None
+
+
+@pytest.mark.parametrize("raw", ["0.001", "0.1", "0.5", "1.5", "5.9"])
+def test_a_window_the_watch_cannot_fill_is_refused_naming_the_smallest_that_works(raw: str) -> None:
+    """The watch takes a round a second and needs two in each third: below 6 s no slow rank was ever named
+    (0.1, 0.5, 1.5), or a 5 s run was called shorter than its 0.001 s window."""
+    says = f"MLDIST_STRAGGLER_SECONDS={raw!r} is shorter than the slow-rank watch can fill"
+    with pytest.raises(ConfigError, match=re.escape(says) + ".*set it to 6 or more"):
+        envvalues.check({"MLDIST_STRAGGLER_SECONDS": raw})
+    if raw == "1.5":
+        env = clean_env(MLDIST_STRAGGLER_SECONDS=raw)
+        res = mldist(["run", "-n", "2", "--no-run-dir", "--", PY, "-c", "print('STARTED')"], env=env)
+        assert res.returncode == 2 and "STARTED" not in res.stdout, res.stderr
+        (line,) = res.stderr.strip().splitlines()
+        assert says in line and "set it to 6 or more" in line, line
+    assert envvalues.STRAGGLER_SECONDS.read({"MLDIST_STRAGGLER_SECONDS": "6"}) == 6.0
+
+
+def _round(size: int, first: int, per_rank: dict[int, float], hosts: dict[int, str], count: int = 4) -> np.ndarray:
+    """Every rank's row holding collectives first .. first + count - 1, each rank waiting per_rank[r] in each."""
+    frames = {2: "data.py:42 next_batch"}
+    entries = {r: [(first + i, per_rank[r], 0.25) for i in range(count)] for r in range(size)}
+    return np.stack([straggler_gather.row(hosts[r], frames.get(r, ""), entries[r], size) for r in range(size)])
+
+
+def test_the_rounds_name_the_slow_rank_and_its_line_without_a_file() -> None:
+    """Rank 0's account from the engine's rounds (no progress folder at all): the same finding as from records."""
+    hosts = {0: "n1", 1: "n1", 2: "n2"}
+    tracker = straggler_watch.Tracker(3, 10, 9)
+    found = [tracker.take([_round(3, 1 + 4 * t, {0: 0.1, 1: 0.1, 2: 0.0}, hosts)], 4 * (t + 1), float(t))
+             for t in range(15)]  # fmt: skip
+    assert found[:9] == [None] * 9
+    f = found[-1]
+    assert isinstance(f, straggler.Finding) and (f.rank, f.host, f.node, f.per) == (2, "n2", False, "step")
+    assert f.last_share == 1.0 and f.cost == pytest.approx(0.1, rel=0.15) and f.share == pytest.approx(0.4)
+    assert straggler.message(f).endswith("a step (40 %); it spends its time in data.py:42 next_batch")
+    balanced = straggler_watch.Tracker(2, 10, 9)
+    for t in range(40):
+        waits = {0: 0.01 * (t % 2), 1: 0.01 * ((t + 1) % 2)}
+        assert balanced.take([_round(2, 1 + 4 * t, waits, {0: "a", 1: "b"})], 4 * (t + 1), float(t)) is None
+
+
+def test_the_rounds_pair_ranks_that_post_out_of_step_or_pick_other_strides() -> None:
+    """Rank 1 sends a collective a round after rank 0 did; rank 0 picked every second collective, rank 1 every
+    fourth (powers of two nest): the multiples of 4 pair, once each, and a slow node is still named."""
+    pool = straggler_gather.Pool(2, straggler_gather.slots(2))
+    row = straggler_gather.row
+    first = np.stack([row("a", "", [(2, 0.3, 0.5), (4, 0.3, 0.5), (6, 0.3, 0.5)], 2), row("b", "", [], 2)])
+    numbers, _, _ = pool.add(first)
+    assert numbers.tolist() == []
+    numbers, waits, _ = pool.add(np.stack([row("a", "", [(8, 0.3, 0.5)], 2), row("b", "", [(4, 0.0, 0.5)], 2)]))
+    assert numbers.tolist() == [4] and waits.tolist() == [[0.3, 0.0]]
+    numbers, _, _ = pool.add(np.stack([row("a", "", [], 2), row("b", "", [(4, 0.0, 0.5), (8, 0.0, 0.5)], 2)]))
+    assert numbers.tolist() == [8]  # 4 again (a repeated row) is not counted twice; 6 never will pair
+    hosts = {0: "a", 1: "a", 2: "b", 3: "b"}
+    tracker = straggler_watch.Tracker(4, 30, 9)
+    for t in range(15):
+        waits = {0: 0.2, 1: 0.2, 2: 0.05 * (t % 2), 3: 0.05 * ((t + 1) % 2)}
+        found = tracker.take([_round(4, 1 + 4 * t, waits, hosts)], 4 * (t + 1), float(t))
+    assert isinstance(found, straggler.Finding) and found.node and found.ranks == (2, 3)
+
+
+def test_a_rank_picks_fewer_collectives_as_they_come_faster_and_more_as_they_slow() -> None:
+    picker = straggler_gather.Picker(16)
+    for n in range(1, 1001):
+        picker.ended((n, 0.0, 0.001))
+    assert len(picker.take()) <= 16 and picker.mask == 63  # 1,000 in a round of 16: every 64th
+    for n in range(1001, 2001):
+        picker.ended((n, 0.0, 0.001))
+    assert [e[0] for e in picker.take()] == [n for n in range(1001, 2001) if n % 64 == 0]
+    for n in range(2001, 2005):
+        picker.ended((n, 0.0, 0.5))
+    picker.take()
+    assert picker.mask < 63  # slower: it picks more again
+
+
+@pytest.mark.slow
+def test_on_jax_a_slow_rank_is_named_through_the_coordination_service(tmp_path: Path) -> None:
+    """Keras on JAX: the rounds go through jax.distributed's key-value store; the same line as on MPI."""
+    run_dir = tmp_path / "jax"
+    args, env = engine_launch("jax")
+    env.update(USERS_GC, **QUICK, MLDIST_PLOT="0")
+    argv = ["run", "-n", "2", *args, "--run-dir", str(run_dir), "--", PY, str(WORKER), "1", "0.2", STEPS, "0.02"]
+    stderr = check(mldist(argv, env=env, timeout=300)).stderr
+    lines = [line for line in stderr.splitlines() if "arrives last" in line]
+    assert len(lines) == 1 and lines[0].startswith("[0] mldist: rank 1 ("), stderr[-3000:]
+    assert lines[0].endswith(f"it spends its time in tests/workers/straggler.py:{SLEEP_LINE} on_train_batch_begin")
+    assert json.loads((run_dir / straggler_watch.FILE).read_text())["rank"] == 1

@@ -130,10 +130,31 @@ STRAGGLER_PERCENT: Setting[float] = Setting(
     "a rank (or node) that costs the others this % of their time names itself on rank 0 (default 10, `0` off)",
     kind="percent",
 )
+#: The shortest ``MLDIST_STRAGGLER_SECONDS`` the slow-rank watch can fill: it takes a round a second
+#: (:data:`mldist.runtime.straggler_gather.ROUND_SECONDS`) and needs two in each third of the window.
+STRAGGLER_SHORTEST = 6.0
+
+
+def straggler_window(text: str) -> float | None:
+    """``text`` as seconds above 0 (None when not); a ConfigError when shorter than the watch can fill.
+
+    Example:
+        >>> straggler_window("30"), straggler_window("0")
+        (30.0, None)
+    """
+    value = positive_seconds(text)
+    if value is not None and value < STRAGGLER_SHORTEST:
+        raise ConfigError(
+            f"MLDIST_STRAGGLER_SECONDS={text!r} is shorter than the slow-rank watch can fill (it takes a round a "
+            f"second and needs two in each third of the window): set it to {STRAGGLER_SHORTEST:g} or more (default 30)"
+        )
+    return value
+
+
 STRAGGLER_SECONDS: Setting[float] = Setting(
     "MLDIST_STRAGGLER_SECONDS",
     30.0,
-    positive_seconds,
+    straggler_window,
     "is not a number of seconds above 0: set it to e.g. 30 (the default)",
     "for how long a rank must cost that share (in each third of it) before rank 0 names it (default 30); a run "
     "that ends sooner is looked at whole, at its end",

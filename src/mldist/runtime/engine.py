@@ -71,6 +71,14 @@ class Engine(Protocol):
     #: Its own exit handler waits for every rank (MPI_Finalize, jax.distributed's shutdown barrier):
     #: a rank that leaves alone must not reach it (:func:`mldist.runtime.leave.at_exit`).
     waits_at_exit: bool
+    #: Rank 0 can gather a small row from every rank beside the collectives, on a channel of their own
+    #: (:meth:`aside`): the slow-rank account's rounds (:mod:`mldist.runtime.straggler_gather`).
+    gathers_aside: bool
+
+    def aside(self, rank: int, size: int) -> Any:
+        """The channel for the slow-rank rounds (a :class:`mldist.runtime.straggler_gather.Aside`; only where
+        ``gathers_aside``)."""
+        ...
 
     @property
     def host(self) -> Any:
@@ -134,6 +142,11 @@ class Solo:
     xla_safe = False  # as on the CPU engines: a script that works alone works on 2 workers
     late_strategy = False
     waits_at_exit = False
+    gathers_aside = False  # nothing to gather from
+
+    def aside(self, rank: int, size: int) -> Any:
+        """Not used (``gathers_aside`` is False)."""
+        raise UnsupportedError("one process has no other ranks to gather from")
 
     @property
     def host(self) -> Solo:
@@ -199,6 +212,11 @@ class WholeWorld:
     name: str
     subgroups = False
     joins = False
+    gathers_aside = False  # unless the engine says otherwise (JAX's coordination service)
+
+    def aside(self, rank: int, size: int) -> Any:
+        """Refused: see ``gathers_aside``."""
+        raise UnsupportedError(f"the {self.name} engine cannot gather beside its collectives")
 
     def join(self) -> int:
         """Refused: see ``joins``."""

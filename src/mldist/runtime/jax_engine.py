@@ -136,6 +136,7 @@ class JaxEngine(WholeWorld):
     xla_safe = True  # the training step's all-reduce is XLA's own
     late_strategy = False
     waits_at_exit = True  # jax.distributed's shutdown barrier
+    gathers_aside = True  # through its coordination service's keys (straggler_gather.KvAside)
     _device_ids: list[int] | None = None
     #: JAX's CPU collectives ("gloo", a user's choice) or "" on GPUs; Gloo loop threads moved to SCHED_IDLE.
     cpu_collectives = ""
@@ -304,6 +305,14 @@ class JaxEngine(WholeWorld):
     def watch_probe(self, tf: Any) -> tuple[None, Sequence[str]]:
         """No graph counters: the host collectives and StallWatch mark in Python."""
         return None, ()
+
+    def aside(self, rank: int, size: int) -> Any:
+        """The slow-rank rounds through ``jax.distributed``'s coordination service (its key-value store)."""
+        from jax._src import distributed
+
+        from .straggler_gather import KvAside
+
+        return KvAside(distributed.global_state.client, rank, size)
 
 
 def adopt(index: int, count: int, rank: int, size: int) -> None:

@@ -42,7 +42,7 @@ from ..placement import Placement
 from . import compat, mpi_join, mpi_tiers, mpi_wait, subsets
 from .failures import Deferred
 from .mpi_progress import PROGRESS
-from .mpi_world import World, abort, join, start, watched, world
+from .mpi_world import World, abort, aside, join, start, watched, world
 
 _KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6, "sum_float16": 7, "sum_bfloat16": 8}
 _ALIGN = 64  # TensorFlow adopts a returned array without a copy when its data is aligned so
@@ -370,12 +370,14 @@ class MpiEngine:
     xla_safe = False  # XLA cannot compile a numpy_function
     late_strategy = True  # tf.distribute code gets TensorFlow's own collectives beside MPI
     waits_at_exit = True  # MPI_Finalize
+    gathers_aside = True  # MPI_Igather on a communicator of its own (mpi_world.World.aside)
     # The collectives, the abort and the join are this module's functions.
     allreduce = staticmethod(allreduce)
     broadcast = staticmethod(broadcast)
     allgather = staticmethod(allgather)
     abort = staticmethod(abort)
     join = staticmethod(join)
+    aside = staticmethod(aside)
 
     def subgroup(self, key: int, ranks: tuple[int, ...]) -> subsets.Subset:
         """The ranks' MPI sub-communicator (collective: every rank of the world calls it)."""

@@ -33,6 +33,8 @@ class World:
     departures: Departures | None = None
     #: The communicator of the collective running now: ``comm``, or a process set's (see :func:`watched`).
     active: Any = None
+    #: The slow-rank account's rounds' own duplicate (:class:`mldist.runtime.straggler_gather.MpiAside`).
+    aside: Any = None
     #: Whether the world's all-reduces go through one rank per node (:func:`arrange`), and why.
     hierarchy: Hierarchy | None = None
     #: With ``hierarchy.on``: this node's ranks (``COMM_TYPE_SHARED``), and the node leaders' (None elsewhere).
@@ -58,6 +60,7 @@ def start(comm: Any = None) -> Any:
         World.comm = World.active = world.Dup()
         World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
         World.departures.watch()
+        World.aside = world.Dup()  # the slow-rank rounds, posted from the watch threads (straggler_gather)
         atexit.register(_at_exit)
         arrange(requested(os.environ))
     return World.comm
@@ -100,6 +103,13 @@ def _at_exit() -> None:
     code = ending_code()
     if World.departures is not None and (code is None or code in TOGETHER):
         World.departures.depart(0 if code is None else code)
+
+
+def aside(rank: int, size: int) -> Any:
+    """The slow-rank rounds: ``MPI_Igather`` on the world's duplicate kept for them (made at start)."""
+    from .straggler_gather import MpiAside
+
+    return MpiAside(World.aside, size)
 
 
 def abort(code: int) -> None:

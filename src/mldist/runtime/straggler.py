@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..base import progress
 
 #: One collective on one rank: (its number, seconds this rank waited in it, seconds since its previous one ended).
@@ -95,6 +97,41 @@ def sample(number: int, found: Mapping[int, tuple[float, float]], hosts: Mapping
         node,
         sum(away) / len(away) - least if away else 0.0,
     )
+
+
+def samples_of(
+    numbers: np.ndarray[Any, Any], waits: np.ndarray[Any, Any], gaps: np.ndarray[Any, Any],
+    node: np.ndarray[Any, Any], names: Sequence[str],
+) -> list[Sample]:  # fmt: skip
+    """The :class:`Sample` of each collective, as :func:`sample` makes it, from arrays (collectives x ranks).
+
+    Their ``waits`` are left empty: at thousands of ranks rank 0 keeps each rank's wait only summed.
+
+    Args:
+        numbers: the collectives' numbers; waits, gaps: each rank's wait and gap in each.
+        node: each rank's host, as an index into ``names``.
+
+    Example:
+        >>> w = np.array([[0.3, 0.3, 0.0, 0.0]])
+        >>> s, = samples_of(np.array([1]), w, np.ones((1, 4)), np.array([0, 0, 1, 1]), ["a", "b"])
+        >>> s.last, s.node, round(s.cost, 2), round(s.node_cost, 2)
+        (2, 'b', 0.2, 0.3)
+    """
+    k, size = waits.shape
+    if not k:
+        return []
+    last = waits.argmin(axis=1)
+    least = waits[np.arange(k), last]
+    cost = (waits.sum(axis=1) - size * least) / max(1, size - 1)
+    home = node[last]
+    away = node[None, :] != home[:, None]
+    count = away.sum(axis=1)
+    node_cost = np.where(count > 0, (waits * away).sum(axis=1) / np.maximum(count, 1) - least, 0.0)
+    span = gaps.mean(axis=1)
+    return [
+        Sample(int(numbers[i]), (), int(last[i]), float(cost[i]), float(span[i]), names[home[i]], float(node_cost[i]))
+        for i in range(k)
+    ]
 
 
 @dataclass(frozen=True)
@@ -244,6 +281,13 @@ def find_in_run(
     return found if found is not None and found.last_share >= RUN_LAST_SHARE else None
 
 
+def _several(hosts: Mapping[int, str]) -> bool:
+    """Whether the ranks run on two hosts or more (stops at the second: thousands of ranks, every turn)."""
+    values = iter(hosts.values())
+    first = next(values, None)
+    return any(h != first for h in values)
+
+
 def _named(
     thirds: Sequence[Sequence[Sample]],
     window: Sequence[Sample],
@@ -257,7 +301,7 @@ def _named(
     (``seconds`` long, ``steps`` made in it), or None."""
     bar = percent / 100
     for node in (False, True):
-        if node and len(set(hosts.values())) < 2:
+        if node and not _several(hosts):
             break
         each = [_shares(third, node) for third in thirds]
         found = [k for k in each[0] if all(part.get(k, 0.0) >= bar for part in each)]

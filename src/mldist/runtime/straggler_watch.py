@@ -19,13 +19,17 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ..base import envvalues, progress, rundir
 from ..base.files import atomic_write
-from .straggler import KEPT, Finding, Sample, find, find_in_run, frame_of, message, sample
+from .straggler import KEPT, Entry, Finding, Sample, find, find_in_run, frame_of, message, sample, samples_of
+from .straggler_gather import COUNT, HOST_VALUES, Pool, scaled, slots, text_of
 
 #: Rank 0 reads about this many records a second at most (a shared file system's metadata server).
 READS_PER_SECOND = 64
@@ -33,8 +37,38 @@ READS_PER_SECOND = 64
 FILE, PICTURE = "straggler.json", "straggler.png"
 #: The picture's lines, at most (the ranks that waited least: the likely slow ones).
 DRAWN = 16
-#: How many turns the picture keeps (about one a second).
-BINS = 4000
+#: How many turns the picture keeps (about one a second), and how many ranks' waits in all (4,000 turns up to
+#: 1,000 ranks, 244 at 16,384: a picture's worth of memory).
+BINS, BIN_VALUES = 4000, 4_000_000
+
+
+def bins_kept(size: int) -> int:
+    """How many turns the picture keeps for ``size`` ranks.
+
+    Example:
+        >>> bins_kept(2), bins_kept(16384)
+        (4000, 244)
+    """
+    return max(16, min(BINS, BIN_VALUES // max(1, size)))
+
+
+class _Where(Mapping[int, str]):
+    """Each rank's most frequent line outside collectives, looked up only for the rank named."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    def __getitem__(self, rank: int) -> str:
+        found = self.tracker._line_of(rank)
+        if not found:
+            raise KeyError(rank)
+        return found
+
+    def __len__(self) -> int:
+        return self.tracker.size
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.tracker.size))
 
 
 class Tracker:
@@ -69,8 +103,16 @@ class Tracker:
         self._frames: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         self._seen: dict[int, float] = {}
         self.hosts: dict[int, str] = {}
-        #: Per turn: (when, steps so far, each rank's seconds waited in the collectives paired then).
-        self.bins: collections.deque[tuple[float, int, tuple[float, ...]]] = collections.deque(maxlen=BINS)
+        #: Per turn: (when, steps so far, each rank's seconds waited in the collectives paired then); fewer turns
+        #: at thousands of ranks (a picture's worth of memory, :data:`BIN_VALUES`).
+        self.bins: collections.deque[tuple[float, int, Any]] = collections.deque(maxlen=bins_kept(size))
+        # The rounds' account (straggler_gather): the collectives waiting for every rank, each rank's host
+        # (an index into the names) and each rank's line in the last round.
+        self._pool = Pool(size, slots(size))
+        self._node: Any = None
+        self._names: list[str] = []
+        self._heads_rows: Any = None
+        self._early: list[Sample] = []  # paired as rank 0 added its own entries: stamped at the next turn
         self.said: Finding | None = None
         self._next = 0.0
         #: What :meth:`finish` needs at exit: the progress folder, the steps at the first and the last turn,
@@ -78,8 +120,8 @@ class Tracker:
         self._where: Path | None = None
         self._first_steps: int | None = None
         self._last_steps, self._last_turn = 0, 0.0
-        # The watch thread turns while rank 0's exit handlers run (finish): one at a time.
-        self._lock = threading.Lock()
+        # The watch thread turns while rank 0's exit handlers run (finish): one at a time, and finish once.
+        self._lock, self._finished = threading.Lock(), False
 
     def add(self, records: Mapping[int, progress.Record], steps: int, now: float) -> Finding | None:
         """Take in every rank's record; the finding, when the thresholds are passed now.
@@ -102,14 +144,7 @@ class Tracker:
                     self._pending.setdefault(number, {})[r] = (wait, gap)
         done = sorted(n for n, found in self._pending.items() if len(found) >= self.size)
         self._upto = max([self._upto, *done])
-        waited = [0.0] * self.size
-        for number in done:
-            s = sample(number, self._pending.pop(number), self.hosts)
-            self.stamped.append((now, s))
-            for r, w in enumerate(s.waits[: self.size]):
-                waited[r] += w
-        if done:
-            self.bins.append((now, steps, tuple(waited)))
+        samples = [sample(number, self._pending.pop(number), self.hosts) for number in done]
         # A collective some rank no longer publishes (or never will: no record of it here) will never pair.
         if self._pending:
             newest = max(self._pending)
@@ -117,14 +152,62 @@ class Tracker:
             oldest = oldest if len(records) >= self.size else 0
             for number in [n for n in self._pending if n < max(oldest, self._upto) or n < newest - 4 * KEPT]:
                 del self._pending[number]
+        waited = [sum(s.waits[r] for s in samples) for r in range(self.size)] if samples else None
+        return self._account(samples, waited, steps, now)
+
+    def take(self, rounds: Sequence[Any], steps: int, now: float, mine: int | None = None) -> Finding | None:
+        """Take in the rounds rank 0 gathered (:mod:`mldist.runtime.straggler_gather`: ranks x values each);
+        the finding, when the thresholds are passed now. ``mine``: the rank whose entries came through :meth:`own`.
+
+        Example:
+            >>> from mldist.runtime.straggler_gather import row
+            >>> t = Tracker(2, 10, 30)
+            >>> rows = np.stack([row("n0", "", [(5, 0.25, 0.3)], 2), row("n1", "", [(5, 0.01, 0.3)], 2)])
+            >>> t.take([rows], 1, now=100.0) is None, t.stamped[0][1].last, t.hosts
+            (True, 1, {0: 'n0', 1: 'n1'})
+        """
+        samples, waited = [], np.zeros(self.size)
+        for got in rounds:
+            self._learn(got)
+            numbers, waits, gaps = self._pool.add(got, mine)
+            samples += samples_of(numbers, waits, gaps, self._node, self._names)
+            waited += scaled(numbers, waits)
+        return self._account(samples, waited if samples else None, steps, now)
+
+    def own(self, rank: int, entries: Sequence[Entry]) -> None:
+        """Take this rank's own entries (rank 0's: they need not travel); paired with the next round."""
+        numbers, waits, gaps = self._pool.own(rank, entries)
+        if len(numbers) and self._node is not None:
+            self._early += samples_of(numbers, waits, gaps, self._node, self._names)
+
+    def _learn(self, got: Any) -> None:
+        """Each rank's host (from the first round: a rank keeps its host) and its line (from the last)."""
+        if self._node is None or len(self._node) != len(got):
+            uniq, inverse = np.unique(got[:, :HOST_VALUES], axis=0, return_inverse=True)
+            self._names, self._node = [text_of(u) for u in uniq], inverse.reshape(-1)
+            self.hosts = {r: self._names[int(i)] for r, i in enumerate(self._node[: self.size])}
+        self._heads_rows = got[:, HOST_VALUES:COUNT]
+
+    def _line_of(self, rank: int) -> str:
+        """Rank ``rank``'s most frequent line outside collectives, from its last row, or its records."""
+        if self._heads_rows is not None and rank < len(self._heads_rows):
+            return text_of(self._heads_rows[rank])
+        counted = self._frames.get(rank)
+        return counted.most_common(1)[0][0] if counted else ""
+
+    def _account(self, samples: list[Sample], waited: Any, steps: int, now: float) -> Finding | None:
+        """Stamp ``samples`` (and the picture's bin), keep the window, and look for the finding now."""
+        samples, self._early = self._early + samples, []
+        self.stamped.extend((now, s) for s in samples)
+        if waited is not None:
+            self.bins.append((now, steps, np.asarray(waited, np.float32)))
         self._steps.append((now, steps))
         while self.stamped and self.stamped[0][0] < now - 2 * self.seconds:
             self.stamped.popleft()
         while len(self._steps) > 1 and self._steps[1][0] <= now - self.seconds:
             self._steps.popleft()
         made = steps - self._steps[0][1]
-        where = {r: c.most_common(1)[0][0] for r, c in self._frames.items() if c}
-        return find(list(self.stamped), self.hosts, self.percent, self.seconds, now, made, where)
+        return find(list(self.stamped), self.hosts, self.percent, self.seconds, now, made, _Where(self))
 
     def turn(self, where: Path, steps: int, now: float | None = None) -> None:
         """Read the records in ``where`` when due, and say the finding once (rank 0's watch thread)."""
@@ -136,8 +219,8 @@ class Tracker:
 
     def _turn(self, where: Path, steps: int, now: float) -> None:
         self._next = now + self.period
-        self._where, self._last_steps, self._last_turn = where, steps, now
-        self._first_steps = steps if self._first_steps is None else self._first_steps
+        self._where = where
+        self.note(steps, now)
         try:
             records = {r: rec for r, rec in progress.read(where).items() if rec.written >= self.born}
             found = self.add(records, steps, now)
@@ -166,11 +249,18 @@ class Tracker:
         if self.said is not None or not self.stamped or self._last_turn - self.stamped[0][0] >= self.seconds:
             return None  # said, nothing paired, or the window filled while the job ran: the live line had its turn
         steps = self._last_steps - (self._first_steps or 0)
-        where = {r: c.most_common(1)[0][0] for r, c in self._frames.items() if c}
-        return find_in_run([s for _, s in self.stamped], self.hosts, self.percent, steps, where)
+        return find_in_run([s for _, s in self.stamped], self.hosts, self.percent, steps, _Where(self))
+
+    def note(self, steps: int, now: float) -> None:
+        """A turn at ``now`` with ``steps`` made so far: what :meth:`at_end` needs."""
+        self._last_steps, self._last_turn = steps, now
+        self._first_steps = steps if self._first_steps is None else self._first_steps
 
     def finish(self) -> None:
         """At exit (rank 0): the line over the whole run when it ended before the window filled, then the picture."""
+        if self._finished:
+            return
+        self._finished = True
         if self._lock.acquire(timeout=5):  # a turn of the watch thread ends first
             try:
                 self._finish(time.time())
@@ -181,10 +271,11 @@ class Tracker:
         self.draw()
 
     def _finish(self, now: float) -> None:
-        if self.said is not None or self._where is None or self._next == float("inf"):
-            return  # said, never turned, or stopped on an error
-        records = {r: rec for r, rec in progress.read(self._where).items() if rec.written >= self.born}
-        self.add(records, self._last_steps, self._last_turn)  # the last collectives, as of the last turn
+        if self.said is not None or self._next == float("inf"):
+            return  # said, or stopped on an error
+        if self._where is not None:  # the records' account: the last collectives, as of the last turn
+            records = {r: rec for r, rec in progress.read(self._where).items() if rec.written >= self.born}
+            self.add(records, self._last_steps, self._last_turn)
         found = self.at_end(now)
         if found is not None:
             self.said = found
@@ -218,7 +309,7 @@ class Tracker:
             print(f"mldist: cannot write {self.run_dir / PICTURE} ({exc.strerror})", file=sys.stderr, flush=True)
 
 
-def plot_png(bins: Sequence[tuple[float, int, tuple[float, ...]]], found: Finding | None = None) -> bytes:
+def plot_png(bins: Sequence[tuple[float, int, Any]], found: Finding | None = None) -> bytes:
     """A PNG of each rank's wait in collectives per step (per second without steps), over the steps.
 
     Args:
@@ -234,10 +325,9 @@ def plot_png(bins: Sequence[tuple[float, int, tuple[float, ...]]], found: Findin
         per = (s1 - s0) if by_step else (t1 - t0)
         if per > 0:
             xs.append(s1 if by_step else t1 - bins[0][0])
-            rows.append([1000 * w / per for w in waited])
-    size = len(bins[-1][2])
-    totals = [sum(row[r] for row in rows) for r in range(size)]
-    shown = sorted(sorted(range(size), key=lambda r: totals[r])[:DRAWN])
+            rows.append(1000 * np.asarray(waited, np.float64) / per)
+    totals = np.sum(rows, axis=0) if rows else np.zeros(len(bins[-1][2]))
+    shown = sorted(np.argsort(totals, kind="stable")[:DRAWN].tolist())
     fig = Figure(figsize=(7.5, 4.2), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
