@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from harness import JOB_ID, PROG_OF, make_job
 from helpers import clean_env, mldist
 from mldist.errors import ConfigError
 from mldist.launch.batch import listed_once
 from mldist.launch.batch.build import build_spec
+from mldist.launch.batch.launchers import launcher_name
 from mldist.launch.batch.render import render
 from mldist.launch.batch.spec import JobSpec
 from mldist.launch.batch.staging import STAGED_WRAPPER, UNPACK
@@ -177,3 +179,29 @@ def test_the_shims_of_an_allocation_start_from_the_staged_python() -> None:
     assert (stage_root("tmpdir", {"TMPDIR": "/local"}), stage_root("tmpdir", {}), stage_root("shm", {})) == (
         "/local", "/tmp", "/dev/shm"
     )  # fmt: skip
+
+
+@pytest.mark.slow  # runs the rendered script under the stand-ins
+@pytest.mark.parametrize(
+    ("scheduler", "step"), [("pbs", ["-n", "1", "--ppn", "1"]), ("cobalt", ["-n", "1", "-N", "1"])]
+)
+def test_a_staged_pbs_or_cobalt_script_unpacks_once_per_node_and_runs_the_ranks_there(
+    scheduler: str, step: list[str], tmp_path: Path, standin_bin: Path
+) -> None:
+    env = _env(tmp_path)
+    out = tmp_path / "out"
+    kw = dict(venv=str(env), stage_env=True, stage_path=str(env), tasks_per_node=2, output_dir=str(out))
+    job = make_job(tmp_path, standin_bin, scheduler, cores_per_node=4, **kw)
+    assert job.run(timeout=120) == 0, job.explain()
+    job_id = JOB_ID[scheduler][1]
+    stage = f"{tmp_path}/tmpdir/mldist-env-{job_id}"
+    prog = PROG_OF[launcher_name(job.spec)]
+    unpacks = [a for a in job.argvs(prog) if "mldist-unpack" in a]
+    assert len(unpacks) == 1 and unpacks[0][: len(step)] == step, unpacks
+    assert unpacks[0][-4:] == [stage, f"{out}/env-stage.tar", str(env), "0"]  # each node reads the job's archive
+    tasks = job.calls("argv-recorder")
+    assert len(tasks) == 2
+    for task in tasks:
+        assert task["env"]["VIRTUAL_ENV"] == stage and task["env"]["PATH"].startswith(f"{stage}/bin:")
+    assert f"mldist: staged {env} at {stage} on every node in " in job.stdout
+    assert not Path(stage).exists()  # removed after the step
