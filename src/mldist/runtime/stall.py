@@ -36,7 +36,7 @@ from types import FrameType
 from typing import Any, cast
 
 from ..base import envvalues, nodes, progress
-from . import straggler, straggler_watch, verdict
+from . import straggler, straggler_rounds, verdict
 from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
 
@@ -189,7 +189,9 @@ class Watch:
         # The slow-rank account (mldist.runtime.straggler): each collective's wait, fit's steps, rank 0's tracker.
         self._waits: collections.deque[straggler.Entry] = collections.deque(maxlen=straggler.KEPT)
         self._ended: float | None = None
-        self.steps, self.tracker = 0, cast("straggler_watch.Tracker | None", None)
+        #: Fit's steps, and who else is told of each collective and turns with this thread (the slow-rank
+        #: account: :func:`mldist.runtime.straggler_rounds.watchers`).
+        self.steps, self.watchers = 0, cast("list[straggler_rounds.Watcher]", [])
 
     def begin(self, what: str) -> int:
         """Mark a collective as started; the token to pass to :meth:`end`."""
@@ -209,6 +211,8 @@ class Watch:
                 self._last = (done[0], self._wall())
                 self._waits.append(straggler.entry(token, done[1], self._ended, now))
                 self._ended = now
+                for watcher in self.watchers:
+                    watcher.ended(self._waits[-1])
         # Where the watch thread is starved (it publishes every second), the thread that ran the
         # collective publishes: off the hot path otherwise, and a record is never far behind.
         if now - self._published > 2 * self.every:
@@ -327,8 +331,8 @@ class Watch:
             time.sleep(min(_CHECK_SECONDS, self.timeout / 4))
             if self._clock() - self._published >= self.every - _CHECK_SECONDS / 2:
                 self.publish()
-            if self.tracker is not None and self.where is not None:
-                self.tracker.turn(self.where, self.steps)
+            for watcher in self.watchers:
+                watcher.turn(self)
             if message := self.overdue():
                 end_process(message)
 
@@ -365,7 +369,7 @@ def start(
     if _watch is None and timeout > 0:
         _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=_sampler)
         _watch.publish()  # at once: a rank may be stuck before the thread's first turn
-        _watch.tracker = straggler_watch.tracker(rank, size, env, _watch._born, _watch.every)
+        _watch.watchers = straggler_rounds.watchers(rank, size, env, _watch._born, _watch.every)
         if _watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
             atexit.register(_watch.node.forget, rank, progress.temporary(env))
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
