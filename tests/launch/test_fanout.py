@@ -200,3 +200,39 @@ def test_growing_the_world_asks_only_the_new_hosts(tmp_path: Path) -> None:
     nxt, done = grow(cfg, {"PRTE_MCA_plm_ssh_agent": str(agent), "PATH": os.environ["PATH"]}, 1, seen_at=0.0)
     assert nxt is not None and nxt.nprocs == 3 and done.joined == ["hx3"]
     assert log.read_text().split() == ["hx3"]
+
+
+#: An mpiexec that starts the ranks, then loses host cx2 as Open MPI does when a host is cut off: its
+#: 14-line notice (a help text between two lines of dashes, ending with a NUL) blames a firewall.
+LOSES_A_CUT_OFF_HOST = r"""#!/bin/sh
+case "$1" in --version) echo "mpiexec (Open MPI) 5.0.5"; exit 0 ;; esac
+echo "[0] UP"
+rule=------------------------------------------------------------
+printf '%s\nA daemon failed to report back after being spawned. This could\nbe due to several factors, including \
+inability to find the\ndaemon executable.\n\n  Local host:    vm\n  Remote host:   cx2\n  Daemon exit status: 255\n\n\
+This may also be caused by a firewall on the remote host. Please\ncheck that any firewall (e.g., iptables) has been \
+disabled and\ntry again.\n%s\n\0' "$rule" "$rule" >&2
+exit 0
+"""
+
+
+def test_a_host_cut_off_is_said_in_one_line_of_mldist_not_open_mpi_s_firewall_notice(tmp_path: Path) -> None:
+    """Open MPI's notice for a host whose daemon stopped answering points at a firewall; mldist says what
+    happened in its own line and keeps Open MPI's words in the run directory's mpiexec.log."""
+    mpiexec, agent = tmp_path / "mpiexec", tmp_path / "agent"
+    mpiexec.write_text(LOSES_A_CUT_OFF_HOST)
+    agent.write_text("#!/bin/sh\nexit 0\n")
+    for script in (mpiexec, agent):
+        script.chmod(0o755)
+    env = clean_env(PRTE_MCA_plm_ssh_agent=str(agent), MLDIST_MPIEXEC=str(mpiexec))
+    run_dir = tmp_path / "run"
+    args = ["run", "-H", "cx1:1,cx2:1", "--network-interface", "lo", "--run-dir", str(run_dir)]
+    res = subprocess.run([PY, "-m", "mldist", *args, "--", "python", "-c", "pass"], capture_output=True, text=True,
+                         env=env, timeout=120)  # fmt: skip
+    assert res.returncode == 1, tail(res)
+    assert "firewall" not in res.stderr and "A daemon failed" not in res.stderr, tail(res)
+    assert (
+        "mldist run: lost host cx2 (it stopped answering: down, or its link cut; Open MPI's daemon there did not "
+        "report back); stopping the other workers"
+    ) in res.stderr, tail(res)
+    assert "check that any firewall" in (run_dir / "mpiexec.log").read_text()

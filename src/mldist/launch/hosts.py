@@ -8,10 +8,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import re
 import shlex
 import socket
+import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from ..errors import ConfigError
 from ..placement.allocation import read_nodefile as _nodefile
@@ -204,3 +209,102 @@ def summary(silent: Mapping[str, str], named: int = 5) -> str:
     if len(names) <= named:
         return f"{first}; {', '.join(names)} failed the check too"
     return f"{first}; {len(names)} more of {len(silent)} hosts failed the check too ({', '.join(names[:named])}, ...)"
+
+
+def network_of(address: str, table: str) -> str | None:
+    """The network (CIDR) of the interface holding ``address``, from ``ip -o -4 addr show`` output.
+
+    Example:
+        >>> network_of("10.1.2.3", "3: ib0    inet 10.1.2.3/16 brd 10.1.255.255 scope global ib0")
+        '10.1.0.0/16'
+    """
+    for match in re.finditer(r"\binet ([0-9.]+/[0-9]{1,2})\b", table):
+        iface = ipaddress.ip_interface(match.group(1))
+        if str(iface.ip) == address:
+            return str(iface.network)
+    return None
+
+
+def reaching_network(host: str) -> str | None:
+    """The network of this host's interface that reaches ``host`` (IPv4), or None when it cannot tell.
+
+    The default of ``--network-interface``: Open MPI would otherwise listen and connect on
+    every interface (docker bridges, management networks) of every host.
+    """
+    try:
+        target = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((target, 9))  # UDP: no packet is sent, the kernel only picks the route
+            local = probe.getsockname()[0]
+        table = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+    network = network_of(local, table)
+    return None if network is None or ipaddress.ip_network(network).is_loopback else network
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from Linux's /proc; [] elsewhere).
+
+    Example:
+        >>> import os, subprocess
+        >>> child = subprocess.Popen(["sleep", "5"])
+        >>> child.pid in children(os.getpid()), child.kill(), child.wait()
+        (True, None, -9)
+    """
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:  # after the name: state, ppid
+                found.append(int(stat.parent.name))
+    return found
+
+
+#: Open MPI's help texts stand between two lines of dashes.
+_RULE = re.compile(rb"-{20,}\s*")
+#: Open MPI's notices said in mldist's words: what the notice holds, and the words for the lost host.
+_NOTICES = (
+    (
+        re.compile(rb"A daemon failed to report back.*?Remote host:\s+(\S+)", re.DOTALL),
+        "it stopped answering: down, or its link cut; Open MPI's daemon there did not report back",
+    ),
+)
+
+
+class Notices:
+    """mpiexec's own lines, one at a time; Open MPI's help texts are held until whole, and those of
+    :data:`_NOTICES` (a host cut off, which Open MPI blames on a firewall) are not shown: mldist says them.
+
+    Example:
+        >>> n = Notices()
+        >>> n.feed(b"-" * 60 + b"\\n"), n.feed(b"A daemon failed to report back after being spawned.\\n")
+        (([], [], None), ([], [], None))
+        >>> n.feed(b"  Remote host:   hx3\\n")[2], n.feed(b"-" * 60 + b"\\n")[2][0]
+        (None, 'hx3')
+    """
+
+    def __init__(self) -> None:
+        self.block: list[bytes] | None = None
+
+    def feed(self, line: bytes | None) -> tuple[list[bytes], list[bytes], tuple[str, str] | None]:
+        """The lines to show now, the lines of a notice kept from the terminal, and ``(host, words)`` when a
+        notice of :data:`_NOTICES` ended with this line; ``None`` at the end of the output (what is held)."""
+        if not line:  # the end of the output (None), or a line that was only a NUL byte (b"")
+            held, self.block = (self.block or [], None) if line is None else ([], self.block)
+            return held, [], None
+        if self.block is None:
+            if _RULE.fullmatch(line):
+                self.block = [line]
+                return [], [], None
+            return [line], [], None
+        self.block.append(line)
+        if not _RULE.fullmatch(line):
+            if len(self.block) < 80:
+                return [], [], None
+            held, self.block = self.block, None  # no help text after all
+            return held, [], None
+        text, held, self.block = b"".join(self.block), self.block, None
+        for pattern, words in _NOTICES:
+            if found := pattern.search(text):
+                return [], held, (found.group(1).decode(errors="replace"), words)
+        return held, [], None

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import ipaddress
+import itertools
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import IO
 
 from ..base import envvalues, joined
@@ -39,7 +37,7 @@ from ..placement.handed import HANDED
 from . import elastic
 from .config import RunConfig
 from .groups import Group
-from .hosts import keepalive_agent, silent_hosts, summary
+from .hosts import Notices, children, keepalive_agent, reaching_network, silent_hosts, summary
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import ended_at, run_env, say
 from .remote_shim import TERM_AS
@@ -137,55 +135,6 @@ def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str
     if agent := keepalive_agent(env):
         env["PRTE_MCA_plm_ssh_agent"] = agent
     return env
-
-
-def network_of(address: str, table: str) -> str | None:
-    """The network (CIDR) of the interface holding ``address``, from ``ip -o -4 addr show`` output.
-
-    Example:
-        >>> network_of("10.1.2.3", "3: ib0    inet 10.1.2.3/16 brd 10.1.255.255 scope global ib0")
-        '10.1.0.0/16'
-    """
-    for match in re.finditer(r"\binet ([0-9.]+/[0-9]{1,2})\b", table):
-        iface = ipaddress.ip_interface(match.group(1))
-        if str(iface.ip) == address:
-            return str(iface.network)
-    return None
-
-
-def reaching_network(host: str) -> str | None:
-    """The network of this host's interface that reaches ``host`` (IPv4), or None when it cannot tell.
-
-    The default of ``--network-interface``: Open MPI would otherwise listen and connect on
-    every interface (docker bridges, management networks) of every host.
-    """
-    try:
-        target = socket.getaddrinfo(host, None, socket.AF_INET)[0][4][0]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((target, 9))  # UDP: no packet is sent, the kernel only picks the route
-            local = probe.getsockname()[0]
-        table = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, IndexError, subprocess.TimeoutExpired):
-        return None
-    network = network_of(local, table)
-    return None if network is None or ipaddress.ip_network(network).is_loopback else network
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from Linux's /proc; [] elsewhere).
-
-    Example:
-        >>> import os, subprocess
-        >>> child = subprocess.Popen(["sleep", "5"])
-        >>> child.pid in children(os.getpid()), child.kill(), child.wait()
-        (True, None, -9)
-    """
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:  # after the name: state, ppid
-                found.append(int(stat.parent.name))
-    return found
 
 
 def answering_hosts(cfg: RunConfig, env: Mapping[str, str]) -> RunConfig:
@@ -295,17 +244,31 @@ class RemoteGroup(Group):
         return found
 
     def _relay(self, src: IO[bytes] | None, dst: IO[bytes]) -> None:
-        """Copy mpiexec's output; each rank's lines also go to its log in the run directory."""
+        """Copy mpiexec's output; each rank's lines also go to its log in the run directory. Open MPI's notice
+        for a host cut off (a firewall, it says) is said in mldist's words (:class:`mldist.launch.hosts.Notices`)."""
         assert src is not None
-        for line in iter(src.readline, b""):
-            if _RANK_LINE.fullmatch(line) is None:  # mpiexec's own: its help texts end with a NUL byte,
-                line = line.replace(b"\0", b"")  # which would make files of this output look binary
-                if not line:
-                    continue
+        notices = Notices()
+        for line in itertools.chain(iter(src.readline, b""), [None]):  # None: the end, to show what is held
+            shown: list[bytes]
+            held: list[bytes]
+            if line is not None and _RANK_LINE.fullmatch(line) is not None:
+                shown, held, said = [line], [], None
+            else:  # mpiexec's own: its help texts end with a NUL byte, which would make files of it look binary
+                shown, held, said = notices.feed(None if line is None else line.replace(b"\0", b""))
             with self.lock:
-                dst.write(line)
+                if said is not None:
+                    self.failures.append((float("-inf"), f"lost host {said[0]} ({said[1]})", LOST_HOST_CODE))
+                    self._keep(held)
+                dst.writelines(shown)
                 dst.flush()
-                self._log(line)
+                for kept in [*held, *shown]:
+                    self._log(kept)
+
+    def _keep(self, notice: list[bytes]) -> None:
+        """Open MPI's own words, replaced on the terminal, in the run directory's ``mpiexec.log``."""
+        if self.cfg.run_dir:
+            with contextlib.suppress(OSError), open(os.path.join(self.cfg.run_dir, "mpiexec.log"), "ab") as log:
+                log.writelines(notice)
 
     def _log(self, line: bytes) -> None:
         """Note the first failure a shim names; put the line in its rank's log (with a run directory)."""
