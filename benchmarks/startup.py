@@ -1,0 +1,327 @@
+"""Start-up at scale: what one worker's start asks of the file system, and `mldist run` against a bare `mpirun`.
+
+    python benchmarks/startup.py [--parts files,launch] [--cases numpy,tensorflow,jax]
+                                 [--ranks 16,32,64] [--rounds 2] [--json FILE]
+
+Parts (``--parts``, in this order):
+
+  files    per-rank file-system calls of a worker's start: ``strace -f -c`` around each rank of a 2-rank
+           ``mldist run`` (MPI engine) of ``python -c "import X; import mldist; mldist.init()"``, X per case:
+           ``numpy`` (a numpy-only script), ``tensorflow`` (Keras's default backend, imported first) and
+           ``jax`` (KERAS_BACKEND=jax). Counted: the calls that name a path or read a directory (open,
+           openat, the stat family, access, readlink, getdents, mkdir, unlink, rename), the ones that
+           failed (a lookup that found nothing), and CPU seconds; rank 0's figures (the ranks' agree within
+           a few calls). Every such call reaches the metadata servers of a shared parallel file system.
+  launch   wall seconds of ``mldist run -n N`` of a numpy-only script (``mldist.init()``, one all-reduce of 3
+           floats) against a bare ``mpirun -n N`` of the same mpi4py work (Open MPI from this Python's
+           environment, as ``mldist run`` finds it; oversubscribed and unbound, as mldist starts it), for
+           each N of ``--ranks``, in interleaved rounds (``--rounds``): medians, and their ratio.
+
+Other parts register themselves in :data:`PARTS` (a name and a function of the parsed arguments that
+returns rows): staged environments (``--stage-env``) against the shared one, and the ``-H`` check of 4,096
+silent hosts, add theirs there. Each row is a dict; the table prints one per part.
+
+A bad flag is one line and exit code 2, before anything starts. Needs ``strace`` for ``files``
+(``apt-get install strace``); without it that part says so in one line and the others run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+Row = dict[str, Any]
+PY = sys.executable
+#: The Python environment's own Open MPI (the wheel in .venv), as mldist's launcher finds it first.
+MPIRUN = str(Path(PY).with_name("mpirun"))
+#: System calls that name a path or read a directory: on Lustre/GPFS each one is a metadata operation.
+PATH_CALLS = frozenset(
+    {"open", "openat", "openat2", "creat", "stat", "lstat", "newfstatat", "statx", "access", "faccessat"}
+    | {"faccessat2", "readlink", "readlinkat", "getdents", "getdents64", "mkdir", "mkdirat", "unlink"}
+    | {"unlinkat", "rename", "renameat", "renameat2"}
+)
+#: ``files`` cases: the import before ``import mldist; mldist.init()`` and the environment it adds.
+CASES: dict[str, tuple[str, dict[str, str]]] = {
+    "numpy": ("numpy", {}),
+    "tensorflow": ("tensorflow", {"KERAS_BACKEND": "tensorflow"}),
+    "jax": ("jax", {"KERAS_BACKEND": "jax"}),
+}
+#: The same work with mldist (its init and one all-reduce) and with mpi4py alone.
+MLDIST_SCRIPT = """\
+import numpy as np
+import mldist
+mldist.init()
+assert mldist.allreduce(np.arange(3.0), op="sum").tolist() == [i * mldist.size() for i in range(3)]
+"""
+BARE_SCRIPT = """\
+import numpy as np
+from mpi4py import MPI
+x = np.arange(3.0)
+MPI.COMM_WORLD.Allreduce(MPI.IN_PLACE, x)
+assert x.tolist() == [i * MPI.COMM_WORLD.Get_size() for i in range(3)]
+"""
+#: What Open MPI needs to start as root (mldist's launcher sets the same: launch/mpiexec.py).
+AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+#: Launcher variables a benchmark's own environment must not pass on to the runs it starts.
+_FOREIGN = ("MLDIST_", "OMPI_", "PMIX_", "PMI_", "SLURM_", "PALS_", "ALPS_", "PBS_", "PRTE_")
+
+
+def bench_env(scratch: Path, extra: Mapping[str, str] = {}) -> dict[str, str]:
+    """This process's environment without launcher variables, run directories in ``scratch``, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN) and k != "TF_CONFIG"}
+    env["MLDIST_RUNS_DIR"] = str(scratch / "runs")
+    env["PRTE_MCA_prte_tmpdir_base"] = tempfile.mkdtemp(dir=scratch)
+    return {**env, **extra}
+
+
+def path_calls(summary: str) -> dict[str, int]:
+    """From ``strace -c``'s table: calls that name a path or read a directory, how many failed, and openat/stat.
+
+    Example:
+        >>> table = "  1.00  0.1  1  20  3 openat\\n  0.5  0.1  2  40 newfstatat\\n  0.1  0.1  1  9 futex"
+        >>> path_calls(table)
+        {'calls': 60, 'failed': 3, 'open': 20, 'stat': 40, 'getdents': 0}
+    """
+    got = {"calls": 0, "failed": 0, "open": 0, "stat": 0, "getdents": 0}
+    for line in summary.splitlines():
+        fields = line.split()
+        if len(fields) not in (5, 6) or fields[-1] not in PATH_CALLS or not fields[3].isdigit():
+            continue
+        calls, name = int(fields[3]), fields[-1]
+        got["calls"] += calls
+        got["failed"] += int(fields[4]) if len(fields) == 6 else 0
+        kind = "open" if "open" in name or name == "creat" else "stat" if "stat" in name else name.rstrip("64")
+        if kind in got:
+            got[kind] += calls
+    return got
+
+
+def _cpu_seconds(text: str) -> float:
+    match = re.search(r"^(?:\[0\] )?CPU ([0-9.]+)$", text, re.MULTILINE)  # (mldist run's rank prefix)
+    return float(match.group(1)) if match else float("nan")
+
+
+def files_part(args: argparse.Namespace) -> list[Row]:
+    """Rank 0's file-system calls and CPU seconds at start, per case of ``--cases`` (see the module's docstring)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        print("startup.py: files: strace is not installed (apt-get install strace); part skipped", file=sys.stderr)
+        return []
+    rows = []
+    for case in args.cases:
+        module, extra = CASES[case]
+        with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp:
+            scratch = Path(tmp)
+            code = f"import {module}, mldist, resource; mldist.init(); u = resource.getrusage(resource.RUSAGE_SELF)"
+            code += "; print(f'CPU {u.ru_utime + u.ru_stime:.2f}') if mldist.rank() == 0 else None"
+            out = scratch / "strace"
+            shell = f'exec {strace} -f -c -o {out}.$OMPI_COMM_WORLD_RANK "$@"'
+            argv = [PY, "-m", "mldist", "run", "-n", "2", "--communication", "mpi", "--no-run-dir", "--"]
+            argv += ["sh", "-c", shell, "sh", PY, "-c", code]
+            res = subprocess.run(argv, capture_output=True, text=True, env=bench_env(scratch, extra), timeout=900)
+            if res.returncode != 0 or not Path(f"{out}.0").exists():
+                why = f"exit {res.returncode}: {res.stderr[-500:]}"
+                raise SystemExit(f"startup.py: files: the {case} run failed ({why})")
+            counts = path_calls(Path(f"{out}.0").read_text())
+            rows.append({"case": case, **counts, "cpu_s": _cpu_seconds(res.stdout)})
+    return rows
+
+
+def _timed(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> float:
+    start = time.perf_counter()
+    res = subprocess.run(argv, capture_output=True, text=True, env=dict(env), timeout=timeout)
+    took = time.perf_counter() - start
+    if res.returncode != 0:
+        raise SystemExit(f"startup.py: {' '.join(argv[:6])} ... failed (exit {res.returncode}): {res.stderr[-800:]}")
+    return took
+
+
+def launch_part(args: argparse.Namespace) -> list[Row]:
+    """``mldist run -n N`` against a bare ``mpirun -n N`` of the same work, interleaved rounds, medians."""
+    if not os.access(MPIRUN, os.X_OK):
+        raise SystemExit(f"startup.py: launch: no mpirun beside this Python ({MPIRUN}); pip install 'mldist[cpu]'")
+    times: dict[tuple[int, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp:
+        scratch = Path(tmp)
+        (scratch / "with_mldist.py").write_text(MLDIST_SCRIPT)
+        (scratch / "bare.py").write_text(BARE_SCRIPT)
+        for rnd in range(args.rounds):
+            for n in args.ranks:
+                env = bench_env(scratch, AS_ROOT if os.geteuid() == 0 else {})
+                runs = {
+                    "mldist": [PY, "-m", "mldist", "run", "-n", str(n), "--", PY, str(scratch / "with_mldist.py")],
+                    "mpirun": [MPIRUN, "-n", str(n), "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE",
+                               PY, str(scratch / "bare.py")],
+                }  # fmt: skip
+                order = list(runs) if rnd % 2 == 0 else list(reversed(runs))  # neither always goes first
+                for name in order:
+                    took = _timed(runs[name], env, timeout=args.timeout)
+                    times.setdefault((n, name), []).append(took)
+                    print(f"startup.py: round {rnd + 1}, -n {n}, {name}: {took:.1f} s", file=sys.stderr, flush=True)
+    rows = []
+    for n in args.ranks:
+        mine, bare = statistics.median(times[(n, "mldist")]), statistics.median(times[(n, "mpirun")])
+        row = {"ranks": n, "mldist_s": round(mine, 2), "mpirun_s": round(bare, 2)}
+        rows.append({**row, "ratio": round(mine / bare, 2)})
+    return rows
+
+
+#: Parts by name, in the order they run: each takes the parsed arguments and returns its table's rows.
+#: Other measurements (staged environments, the -H check of silent hosts) add an entry here.
+PARTS: dict[str, Callable[[argparse.Namespace], list[Row]]] = {"files": files_part, "launch": launch_part}
+
+
+#: staged: directories of the node itself (as tests/slurm/test_slurm_stage_env.py counts them).
+NODE_DIRS = (
+    "/usr/",
+    "/lib/",
+    "/lib64/",
+    "/bin/",
+    "/sbin/",
+    "/etc/",
+    "/opt/",
+    "/proc/",
+    "/sys/",
+    "/dev/",
+    "/run/",
+    "/var/",
+)
+_TRACED = re.compile(r'^\d+\s+(\w+)\((?:AT_FDCWD, |\d+, )?"([^"]*)"')
+
+
+def off_node(trace: str, local: tuple[str, ...]) -> int:
+    """Calls of an ``strace -e trace=%file`` log on paths outside ``local`` ("", / and /tmp not counted).
+
+    Example:
+        >>> off_node('1 openat(AT_FDCWD, "/usr/x", O_RDONLY) = 3\\n1 stat("/home/u/t.py", {}) = 0', NODE_DIRS)
+        1
+    """
+    hits = (_TRACED.match(line) for line in trace.splitlines())
+    return sum(
+        1 for m in hits if m and m.group(2) not in ("", "/", "/tmp") and not (m.group(2) + "/").startswith(local)
+    )
+
+
+def staged_part(args: argparse.Namespace) -> list[Row]:
+    """One worker's file-system calls off the node at start, from its environment and from a staged copy.
+
+    ``--stage-venv`` (default: this Python's environment; mldist must be installed in it, not editable, for
+    the copy's import finder) is packed and unpacked on this node with ``--stage-env``'s own program and
+    started through its rank wrapper; ``import X, mldist; mldist.init()`` per case runs under ``strace -f -e
+    trace=%file``; calls on paths outside the copy and the system's directories are counted.
+    """
+    from mldist.launch.batch.staging import STAGED_WRAPPER, UNPACK
+
+    strace, env_dir = shutil.which("strace"), Path(args.stage_venv or sys.prefix)
+    if strace is None:
+        print("startup.py: staged: strace is not installed (apt-get install strace); part skipped", file=sys.stderr)
+        return []
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp:
+        scratch, start = Path(tmp), time.perf_counter()
+        stage, archive = scratch / "node" / "mldist-env-bench", scratch / "env.tar"
+        subprocess.run(["tar", "-C", str(env_dir), "-cf", str(archive), "."], check=True, timeout=args.timeout)
+        (scratch / "node").mkdir()
+        unpack = ["bash", "-c", UNPACK, "mldist-unpack", str(stage), str(archive), str(env_dir), "1"]
+        subprocess.run(unpack, check=True, timeout=args.timeout)
+        took = round(time.perf_counter() - start, 1)
+        wrapper = ["/bin/bash", "-c", STAGED_WRAPPER, "mldist-staged", str(stage), str(env_dir), "python"]
+        for case in args.cases:
+            module, extra = CASES[case]
+            env = bench_env(scratch, {**extra, "PATH": f"{env_dir}/bin:{os.environ['PATH']}"})
+            for where, words, local in (("shared", [str(env_dir / "bin" / "python")], NODE_DIRS),
+                                        ("staged", wrapper, (*NODE_DIRS, f"{stage}/"))):  # fmt: skip
+                out = scratch / f"trace-{case}-{where}"
+                argv = [strace, "-f", "-e", "trace=%file", "-o", str(out), "--", *words, "-c"]
+                res = subprocess.run([*argv, f"import {module}, mldist; mldist.init()"], capture_output=True,
+                                     text=True, env=env, timeout=args.timeout)  # fmt: skip
+                calls = off_node(out.read_text(), local) if res.returncode == 0 else f"failed: {res.stderr[-80:]!r}"
+                rows.append({"case": case, "env": where, "calls_off_node": calls, "stage_s": took})
+    return rows
+
+
+PARTS["staged"] = staged_part
+
+
+def table(name: str, rows: Sequence[Row]) -> str:
+    """A Markdown table of ``rows`` under the part's name.
+
+    Example:
+        >>> print(table("launch", [{"ranks": 2, "ratio": 1.1}]))
+        ### launch
+        | ranks | ratio |
+        |---|---|
+        | 2 | 1.1 |
+    """
+    if not rows:
+        return f"### {name}\n(no rows)"
+    keys = list(rows[0])
+    lines = [f"### {name}", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        print(f"startup.py: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _listed(choices: Sequence[str], what: str) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",")]
+        bad = [t for t in items if t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"{bad[0] if bad else text!r} is not a {what}; use {','.join(choices)}")
+        return items
+
+    return parse
+
+
+def _counts(text: str) -> list[int]:
+    values = [t.strip() for t in text.split(",")]
+    if not all(re.fullmatch(r"[1-9][0-9]{0,4}", v) for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give rank counts such as 16,32,64")
+    return [int(v) for v in values]
+
+
+def _positive(text: str) -> int:
+    if not re.fullmatch(r"[1-9][0-9]{0,3}", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
+    return int(text)
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The flags; a bad one is one line and exit code 2."""
+    p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", type=_listed(list(PARTS), "part"), default=list(PARTS))
+    p.add_argument("--cases", type=_listed(list(CASES), "case"), default=list(CASES), help="files: what workers import")
+    p.add_argument("--ranks", type=_counts, default=[16, 32, 64], help="launch: rank counts")
+    p.add_argument("--rounds", type=_positive, default=2, help="launch: interleaved rounds (medians)")
+    p.add_argument("--timeout", type=_positive, default=900, help="seconds one run may take")
+    p.add_argument("--stage-venv", help="staged: the environment to stage (default: this Python's)")
+    p.add_argument("--json", type=Path, help="also write the rows here, by part")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    results = {name: PARTS[name](args) for name in PARTS if name in args.parts}
+    print("\n\n".join(table(name, rows) for name, rows in results.items()))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
