@@ -283,3 +283,17 @@ def test_on_jax_a_slow_rank_is_named_through_the_coordination_service(tmp_path: 
     assert len(lines) == 1 and lines[0].startswith("[0] mldist: rank 1 ("), stderr[-3000:]
     assert lines[0].endswith(f"it spends its time in tests/workers/straggler.py:{SLEEP_LINE} on_train_batch_begin")
     assert json.loads((run_dir / straggler_watch.FILE).read_text())["rank"] == 1
+
+
+@pytest.mark.parametrize("engine", ["mpi", "jax"])
+def test_the_engine_carries_the_rounds_and_a_rank_out_of_step_holds_no_one_at_the_end(engine: str) -> None:
+    """3 real ranks: rounds pair by number on the engine's own channel (MPI_Igather; JAX's key-value store),
+    and a rank that posted two rounds more than the others leaves with them, exit 0."""
+    args, env = engine_launch(engine)
+    env["MLDIST_STRAGGLER_PERCENT"] = "0"  # the worker's own rounds are the only ones on the channel
+    argv = ["run", "-n", "3", *args, "--no-run-dir", "--", PY, str(WORKERS / "straggler_rounds.py"), "3"]
+    res = check(mldist(argv, env=env, timeout=240))
+    assert sorted(line.split()[-1] for line in res.stdout.splitlines() if " DONE " in line) == ["0", "1", "2"]
+    (paired,) = [line for line in res.stdout.splitlines() if "PAIRED" in line]
+    numbers = json.loads(paired.split("PAIRED True ", 1)[1])
+    assert numbers == sorted(numbers) and set(numbers) <= set(range(1, 10)) and {1, 2, 3} <= set(numbers), paired
