@@ -370,6 +370,8 @@ def start(
         _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=_sampler)
         _watch.publish()  # at once: a rank may be stuck before the thread's first turn
         _watch.watchers = straggler_rounds.watchers(rank, size, env, _watch._born, _watch.every)
+        if not any(isinstance(w, straggler_rounds.Records) for w in _watch.watchers):
+            _watch.published_waits = 0  # no one reads them from the records: a few hundred bytes each
         if _watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
             atexit.register(_watch.node.forget, rank, progress.temporary(env))
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
