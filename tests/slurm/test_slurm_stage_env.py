@@ -136,6 +136,8 @@ def test_mldist_run_stage_env_inside_an_allocation(
         f"export PATH={small_venv}/bin:$PATH\n"
         f"{run} {tmp_path}/plain -- python {worker} {tmp_path}/plain/results || exit 3\n"
         f"{run} {tmp_path}/staged --stage-env --stage-to tmp -- python {worker} {tmp_path}/staged/results\n"
+        f"{run} {tmp_path}/bad --stage-env --stage-to /proc/nowhere -- python {worker} {tmp_path}/bad "
+        f"2>{tmp_path}/bad.err\necho bad-stage-exit=$?\n"
     )
     state, out = sbatch(env, script, tmp_path / "job.out", timeout=600)
     assert state == "COMPLETED", out[-4000:]
@@ -147,3 +149,7 @@ def test_mldist_run_stage_env_inside_an_allocation(
         assert (a["weights"], a["loss"], a["size"]) == (b["weights"], b["loss"], 2)
         assert a["prefix"] == str(small_venv) and b["prefix"] == m.group(1), b
     assert not Path(m.group(1)).exists()  # removed when mldist run ended
+    assert "bad-stage-exit=2" in out, out[-3000:]  # a node-local directory nobody can write: one line, exit 2
+    (line,) = [line for line in (tmp_path / "bad.err").read_text().splitlines() if "error" in line]
+    assert line.startswith("mldist run: error: --stage-env: sbcast of ") and "/proc/nowhere/mldist-env-" in line
+    assert line.endswith("give --stage-to a node-local directory every node can write (tmp, shm or a path)"), line

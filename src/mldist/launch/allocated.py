@@ -58,15 +58,16 @@ def stage_root(stage_to: str, env: Mapping[str, str]) -> str:
     return (env.get("TMPDIR") or "/tmp") if stage_to == "tmpdir" else STAGE_ROOTS.get(stage_to, stage_to)
 
 
-def _step(argv: Sequence[str], what: str) -> None:
+def _step(argv: Sequence[str], what: str, hint: str = "") -> None:
     """Run one staging step; its failure is one line (ConfigError: exit 2) naming the step."""
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(f"--stage-env: {what} did not run: {exc}") from None
-    if res.returncode != 0:
-        lines = [line for line in (res.stderr + res.stdout).splitlines() if line.strip()]
-        raise ConfigError(f"--stage-env: {what} failed: {lines[-1] if lines else f'exit {res.returncode}'}")
+    if res.returncode != 0:  # the unpack program's own line if it said one, else the tool's last
+        lines = [line.strip() for line in (res.stderr + res.stdout).splitlines() if line.strip()]
+        lines = [line for line in lines if line.startswith("mldist:")] or lines or [f"exit {res.returncode}"]
+        raise ConfigError(f"--stage-env: {what} failed: {lines[-1]}{hint}")
 
 
 def stage(per_node: Sequence[str], root: str, name: str, folder: str, sbcast: bool) -> str:
@@ -92,7 +93,8 @@ def stage(per_node: Sequence[str], root: str, name: str, folder: str, sbcast: bo
     _step(["tar", "-C", prefix, "-cf", str(archive), "."], f"packing {prefix} into {archive}")
     source = f"{staged}.tar" if sbcast else str(archive)
     if sbcast:
-        _step(["sbcast", "--force", str(archive), source], f"sbcast of {archive} to {source} (--stage-to)")
+        where = "; give --stage-to a node-local directory every node can write (tmp, shm or a path)"
+        _step(["sbcast", "--force", str(archive), source], f"sbcast of {archive} to {source}", where)
     _step(
         [*per_node, "bash", "-c", UNPACK, "mldist-unpack", staged, source, prefix, "1" if sbcast else "0"], "unpacking"
     )
