@@ -2,7 +2,8 @@
 ``batch`` writes and follows scheduler jobs (``mldist submit``).
 
 Bottom up: ``config`` (RunConfig), ``procs`` (worker environments, CPU sets, exit
-reports), ``groups`` (workers started directly), ``mpiexec`` and ``shim`` (under
+reports), ``groups`` (workers started directly; ``output``: their output relayed and
+logged), ``mpiexec`` and ``shim`` (under
 mpiexec), ``remote`` and ``remote_shim`` (other hosts, ``-H``), ``netns`` (a private
 network), ``rundir`` (config.json and summary.json) and ``local`` (the supervisor).
 What the workers and tools share with the launcher is below it, in :mod:`mldist.base`.
