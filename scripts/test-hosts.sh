@@ -136,6 +136,9 @@ cmd_stop() {
     rm -f "$pf"
     ip netns pids "$(ns "$i")" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns del "$(ns "$i")" 2>/dev/null || true
+    # The kernel frees a deleted namespace (and its veth pair) later, at its pace: a start right after
+    # would find "$n-h" still there ("RTNETLINK answers: File exists"). Deleting it ends the pair now.
+    ip link del "$(ns "$i")-h" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
   {

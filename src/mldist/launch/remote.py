@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import IO
 
 from ..base import envvalues, joined
+from ..base.files import atomic_write
+from ..base.nodes import node_name
 from ..base.procs import die_with_parent
 from ..errors import REQUEUE_CODE, LaunchError
 from ..placement.cluster import assign_ports, port_base
@@ -40,7 +42,7 @@ from .groups import Group
 from .hosts import Notices, children, keepalive_agent, reaching_network, silent_hosts, summary
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
 from .procs import ended_at, run_env, say
-from .remote_shim import TERM_AS
+from .remote_shim import ROUND_FILE, TERM_AS
 
 #: Variables every remote rank needs from here (Open MPI passes on only what -x names, and OMPI_*).
 FORWARD: tuple[str, ...] = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "PYTHONUNBUFFERED")
@@ -188,6 +190,13 @@ class RemoteGroup(Group):
     def start(self) -> None:
         """Start mpiexec with one remote shim per rank; LaunchError without an Open MPI mpiexec."""
         cfg, found = self.cfg, self.launcher()
+        # An earlier round's node records and stall verdicts (a host cut off wrote them while its ranks
+        # waited): this round's ranks must not read them as their own (no split brain).
+        for stale in [*self.progress.glob("node-*.rec"), *self.progress.glob("stall-*")]:
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        with contextlib.suppress(OSError):  # the fence: the shims of an earlier round stop their workers
+            atomic_write(self.progress / ROUND_FILE, f"{self.restart}\n")
         extra = {
             **run_env(cfg, self.run_id, self.restart),
             envvalues.VERBOSE.name: "1" if cfg.verbose else "0",
@@ -301,6 +310,9 @@ class RemoteGroup(Group):
             done.resumed_s = round(time.monotonic() - done.seen_at, 3)
             lost = f" after losing {', '.join(done.lost)}" if done.lost else " after the failure"
             say(f"training again {done.resumed_s:.1f} s{lost} ({self.cfg.nprocs} worker(s))")
+            for host in done.lost:  # what a cut-off host wrote before its fence stopped it (remote_shim)
+                with contextlib.suppress(OSError):
+                    (self.progress / node_name(host)).unlink(missing_ok=True)
 
     def drain(self) -> None:
         """Wait (2 s at most) for mpiexec's last lines once it has ended: they name the first failure."""

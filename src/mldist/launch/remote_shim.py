@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,7 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..base import envvalues, joined
+from ..base import envvalues, joined, progress
 from ..base.procs import die_with_parent
 from ..placement import common, detect
 from .groups import ERROR_LINE, NOTES, pump
@@ -40,6 +41,11 @@ from .procs import describe, exit_code, stamp
 TERM_AS = signal.SIGUSR2
 #: Signals the shim passes to the worker, and as what.
 _PASSED = {TERM_AS: signal.SIGTERM, signal.SIGUSR1: signal.SIGUSR1, signal.SIGTERM: signal.SIGTERM}
+#: The run's fence in its progress folder: the round (``MLDIST_RESTART``) the launcher started last.
+ROUND_FILE = "round"
+#: Seconds between two reads of the fence (one shim per host reads the shared file system), and between two
+#: looks of every shim at its host's mark (node-local).
+FENCE_EVERY, MARK_EVERY = 5.0, 1.0
 
 
 def _start(command: list[str], rank: int) -> subprocess.Popen[bytes] | None:
@@ -88,6 +94,7 @@ def main(argv: list[str]) -> int:
             return 127
         for sig in _PASSED:
             signal.signal(sig, _forwarder(child.pid))
+        _fence(child, rank, me.local_rank)
         said: list[bool] = []
         threads = _relay(child, rank, said)
         code = child.wait()
@@ -102,6 +109,40 @@ def main(argv: list[str]) -> int:
         return exit_code(code)
     finally:
         shutil.rmtree(notes, ignore_errors=True)
+
+
+def _fence(child: subprocess.Popen[bytes], rank: int, local_rank: int) -> None:
+    """Kill the worker once the launcher started a later round: the world re-formed without this host, which
+    it no longer reaches (a cut link) while the shared file system still does. The worker must not write
+    beside the new world (checkpoints, progress records): SIGKILL, not SIGTERM, which would save.
+
+    The shim of local rank 0 reads the run's :data:`ROUND_FILE` every :data:`FENCE_EVERY` s and marks the
+    host (node-local); every shim looks at the mark. A run without a progress folder has no fence.
+    """
+    where, mine = progress.folder(os.environ), envvalues.RESTART.read(os.environ)
+    run = re.sub(r"[^A-Za-z0-9_.-]", "_", os.environ.get(envvalues.RUN_ID.name, ""))[:64]
+    if where is None or not run:
+        return
+    mark = Path(tempfile.gettempdir()) / f"mldist-fenced-{run}"
+
+    def watch() -> None:
+        looked = 0.0
+        while child.poll() is None:
+            time.sleep(MARK_EVERY)
+            if local_rank == 0 and time.monotonic() - looked >= FENCE_EVERY:
+                looked = time.monotonic()
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    if int((where / ROUND_FILE).read_text().split()[0]) > mine:
+                        mark.touch()
+            if mark.exists() and child.poll() is None:
+                host = socket.gethostname()
+                print(f"[{rank}] mldist run: rank {rank} on {host}: the world re-formed without this host (it lost "
+                      "the launcher); stopping its worker", file=sys.stderr, flush=True)  # fmt: skip
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def _forwarder(pid: int) -> Callable[[int, object], None]:
