@@ -156,8 +156,8 @@ STRAGGLER_SECONDS: Setting[float] = Setting(
     30.0,
     straggler_window,
     "is not a number of seconds above 0: set it to e.g. 30 (the default)",
-    "for how long a rank must cost that share (in each third of it) before rank 0 names it (default 30); a run "
-    "that ends sooner is looked at whole, at its end",
+    "for how long a rank must cost that share (in each third of it) before rank 0 names it (default 30, at least "
+    "6); a shorter run is looked at whole, at its end",
     kind="seconds",
 )
 #: Ports are handed out from [base, base + PORT_SPAN), below Linux's ephemeral range (32768).
