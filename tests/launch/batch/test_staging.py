@@ -205,3 +205,16 @@ def test_a_staged_pbs_or_cobalt_script_unpacks_once_per_node_and_runs_the_ranks_
         assert task["env"]["VIRTUAL_ENV"] == stage and task["env"]["PATH"].startswith(f"{stage}/bin:")
     assert f"mldist: staged {env} at {stage} on every node in " in job.stdout
     assert not Path(stage).exists()  # removed after the step
+
+
+def test_a_site_profile_chooses_where_to_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mldist-sites.toml").write_text('[sites.fast]\nscheduler = "pbs"\nstage_env = true\nstage_to = "shm"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    env = _env(tmp_path)
+    spec = build_spec({"site": "fast", "venv": str(env)}, ["python", "t.py"], notes=[])
+    assert (spec.stage_env, spec.stage_to, spec.stage_path) == (True, "shm", str(env))
+    assert 'mldist_stage=/dev/shm/mldist-env-"$job_id"' in render(spec).splitlines()
+    (tmp_path / "mldist-sites.toml").write_text('[sites.odd]\nscheduler = "pbs"\nstage_path = "/elsewhere"\n')
+    with pytest.raises(ConfigError, match="stage_path"):
+        build_spec({"site": "odd"}, ["python", "t.py"], notes=[])

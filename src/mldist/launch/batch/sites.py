@@ -141,7 +141,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
 
 #: Options only a profile has: the queue per kind of job, and the profile it starts from.
 PROFILE_ONLY = ("partitions", "extends")
-_KEYS = (set(spec_fields()) - {"mldist_path"}) | set(PROFILE_ONLY)
+_KEYS = (set(spec_fields()) - {"mldist_path", "stage_path"}) | set(PROFILE_ONLY)
 
 
 def site_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
@@ -153,7 +153,7 @@ def site_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
 #: What each profile option must hold, by TOML type; every other option is a string.
 _INTS = ("nodes", "tasks_per_node", "gpus_per_node", "cpus_per_task", "hyperthreads", "grace", "cores_per_node")
 _LISTS = ("directives", "modules", "binds", "unset", "wrap", "env_source", "container_args")
-_BOOLS = ("requeue", "module_purge")
+_BOOLS = ("requeue", "module_purge", "stage_env")
 
 
 def _kind_error(key: str, value: Any) -> str | None:
