@@ -78,4 +78,6 @@ def test_a_jax_count_in_other_digits_with_jaxs_own_initialize_is_one_line(tmp_pa
     assert "Traceback" not in res.stderr, tail(res)
     line = "mldist: error: JAX_NUM_PROCESSES='\u00b2' is not a whole number: unset it, or set it to this worker's value"
     said = [ln for ln in res.stderr.splitlines() if re.match(r"\[[01]\] ", ln)]
-    assert said and all(ln[4:] == line for ln in said), tail(res)
+    other = "mldist: error: rank {} ended on an error before it joined the group"  # a rank that saw its peer fail
+    assert line in [ln[4:] for ln in said], tail(res)
+    assert all(ln[4:] == line or ln[4:].startswith(other.format(1 - int(ln[1]))) for ln in said), tail(res)
