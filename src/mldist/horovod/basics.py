@@ -232,7 +232,10 @@ def context() -> runtime.Context:
     """mldist's context; raises NotInitializedError (a ValueError) before ``hvd.init()``."""
     if not _state["initialized"]:
         raise NotInitializedError("Horovod has not been initialized; use hvd.init() (mldist.horovod)")
-    return runtime.context()
+    # Not runtime.context: once anything imports the submodule mldist.runtime.context, that name is the module.
+    from ..runtime.worker import context as current
+
+    return current()
 
 
 def rank() -> int:

@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..runtime import compat, worker
 from ..runtime.buckets import DEFAULT_BUCKET_BYTES, check_reduction
 from ..runtime.gradients import average_gradients
+from ..runtime.patches import VariableList
 
 
 class DistributedKeras3:
@@ -37,6 +38,11 @@ class DistributedKeras3:
             trainable_variables if trainable_variables is not None else getattr(self, "_trainable_variables", None)
         )
         return super().apply(self._mldist_reduce(list(grads), variables), trainable_variables)  # type: ignore[misc]
+
+    @property
+    def variables(self) -> VariableList:
+        """Keras 3's list of the optimizer's variables, which Keras 2's ``opt.variables()`` may also call."""
+        return VariableList(super().variables)  # type: ignore[misc]
 
 
 class DistributedLegacy:

@@ -112,6 +112,22 @@ PATCHES: tuple[Patch, ...] = (
         "JAX_ENABLE_PREEMPTION_SERVICE win; MLDIST_HOOK=0 turns it off",
     ),
     Patch(
+        "keras.optimizers.Optimizer.variables",
+        "mldist.runtime.patches.VariableList",
+        "Horovod's TF2 examples call opt.variables() (Keras 2's method) on Keras's own optimizers, which Keras 3 "
+        "made a list property: the script's optimizer is not mldist's, so no class of mldist's can answer it "
+        "(tf_keras keeps a callable list for the same reason; Keras 3 has none)",
+        "the Horovod alias only (python -m mldist.horovod.alias, mldist.horovod.alias.install()), when the script "
+        "imports Keras 3; other scripts keep Keras's property (mldist's own optimizers answer both spellings)",
+    ),
+    Patch(
+        "keras.Model.compile: experimental_run_tf_function",
+        "mldist.runtime.patches.keras2_variables",
+        "Horovod's Keras examples pass compile(experimental_run_tf_function=False), a flag TensorFlow 2.2+ "
+        "ignored and Keras 3 refuses (TypeError); it is taken and dropped, every other argument goes to Keras",
+        "the Horovod alias only, with the entry above",
+    ),
+    Patch(
         "atexit: the group note",
         "mldist.runtime.startup.how_joined (mldist.base.joined)",
         "workers that never formed a group train one copy each and exit 0; the launcher says so in one line",
@@ -288,6 +304,76 @@ def tensorflow_on_import(then: Callable[[ModuleType], None]) -> None:
 
 #: The module :func:`tensorflow_on_import` waits for (a module's name here, not the backend's).
 _TENSORFLOW = "tensorflow"
+
+
+class VariableList(list):  # type: ignore[type-arg]
+    """An optimizer's variables: the list Keras 3 gives, which Keras 2's spelling ``opt.variables()`` may call too.
+
+    Example:
+        >>> found = VariableList([1, 2])
+        >>> found() == found == [1, 2], isinstance(found, list)
+        (True, True)
+    """
+
+    def __call__(self) -> list[Any]:
+        return list(self)
+
+
+def keras2_variables() -> None:
+    """Keras 3 takes Horovod's Keras 2 spellings (see :data:`PATCHES`): its optimizers answer ``opt.variables()``
+    as well as ``opt.variables``, ``Model.compile`` drops ``experimental_run_tf_function``; at once if Keras is
+    imported, else when the script imports it."""
+    if _KERAS in sys.modules:
+        _callable_variables(sys.modules[_KERAS])
+    elif not any(isinstance(f, AfterImport) and f.name == _KERAS for f in sys.meta_path):
+        sys.meta_path.insert(0, _WhenLoaded(_KERAS, _callable_variables))
+
+
+class _WhenLoaded(AfterImport):
+    """:class:`AfterImport` that waits for the load itself: TensorFlow looks Keras up first
+    (``importlib.util.find_spec("keras")``, which loads nothing) and a look-up alone would use it up."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        spec = super().find_spec(fullname, path, target)
+        if fullname == self.name and fullname not in sys.modules and self not in sys.meta_path:
+            sys.meta_path.insert(0, self)  # the import itself asks again
+        return spec
+
+
+def _callable_variables(module: ModuleType) -> None:
+    base = module.optimizers.Optimizer  # type: ignore[attr-defined]
+    own = base.__dict__.get("variables") or getattr(base, "variables", None)
+    if not isinstance(own, property) or getattr(own.fget, "_mldist_keras2", False):
+        return  # Keras 2's method, or done already
+
+    def variables(self: Any) -> VariableList:
+        return VariableList(own.fget(self))  # type: ignore[misc]
+
+    variables._mldist_keras2 = True  # type: ignore[attr-defined]
+    base.variables = property(variables, doc=own.__doc__)
+    _record("keras.optimizers.Optimizer.variables")
+    _compile_takes_tf2_flag(module.Model)  # type: ignore[attr-defined]
+
+
+def _compile_takes_tf2_flag(model: type) -> None:
+    own = model.compile  # type: ignore[attr-defined]
+    if getattr(own, "_mldist_keras2", False):
+        return
+
+    @functools.wraps(own)
+    def compile(self: Any, *args: Any, experimental_run_tf_function: Any = None, **kwargs: Any) -> Any:
+        del experimental_run_tf_function  # TensorFlow 2.2+ ignored it too
+        return own(self, *args, **kwargs)
+
+    compile._mldist_keras2 = True  # type: ignore[attr-defined]
+    model.compile = compile  # type: ignore[attr-defined]
+    _record("keras.Model.compile: experimental_run_tf_function")
+
+
+#: The module :func:`keras2_variables` waits for.
+_KERAS = "keras"
 
 
 def autograph_leaves_mldist() -> None:
