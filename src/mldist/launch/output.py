@@ -92,10 +92,11 @@ class RunLogs:
         self.failure: OSError | None = None
         self.dropped: list[str] = []
         self._lock = threading.RLock()
+        self._closed = False
 
     def write(self, rank: int, data: bytes) -> None:
         """Append ``data`` to rank ``rank``'s log and flush it; never raises."""
-        if not self.run_dir or self.failure is not None:
+        if not self.run_dir or self.failure is not None or self._closed:
             return
         with self._lock:
             try:
@@ -104,7 +105,7 @@ class RunLogs:
                     log = self.files[rank] = open(os.path.join(self.run_dir, f"rank-{rank}.log"), "ab")  # noqa: SIM115
                 log.write(data)
                 log.flush()
-            except ValueError:  # closed by close() while a straggler still writes
+            except ValueError:  # closed by close() meanwhile, while a straggler still writes
                 pass
             except OSError as exc:
                 self._stop(exc, rank)
@@ -125,6 +126,7 @@ class RunLogs:
     def close(self) -> None:
         """Close every log (flushing what it can); never raises."""
         with self._lock:
+            self._closed = True  # a straggler's late line opens no new file
             for log in self.files.values():
                 with contextlib.suppress(OSError, ValueError):
                     log.close()
