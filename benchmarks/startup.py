@@ -6,12 +6,13 @@
 Parts (``--parts``, in this order):
 
   files    per-rank file-system calls of a worker's start: ``strace -f -c`` around each rank of a 2-rank
-           ``mldist run`` (MPI engine) of ``python -c "import X; import mldist; mldist.init()"``, X per case:
-           ``numpy`` (a numpy-only script), ``tensorflow`` (Keras's default backend, imported first) and
-           ``jax`` (KERAS_BACKEND=jax). Counted: the calls that name a path or read a directory (open,
-           openat, the stat family, access, readlink, getdents, mkdir, unlink, rename), the ones that
-           failed (a lookup that found nothing), and CPU seconds; rank 0's figures (the ranks' agree within
-           a few calls). Every such call reaches the metadata servers of a shared parallel file system.
+           ``mldist run`` of ``python -c "import X; import mldist; mldist.init()"``, X per case: ``numpy``
+           (a numpy-only script, MPI engine), ``tensorflow`` (Keras's default backend, imported first, MPI
+           engine) and ``jax`` (KERAS_BACKEND=jax, JAX's engine). Counted: the calls that name a path or
+           read a directory (open, openat, the stat family, access, readlink, getdents, mkdir, unlink,
+           rename), the ones that failed (a lookup that found nothing), and CPU seconds; rank 0's figures
+           (the ranks' agree within a few calls). Each such call reaches the metadata servers of a shared
+           parallel file system.
   launch   wall seconds of ``mldist run -n N`` of a numpy-only script (``mldist.init()``, one all-reduce of 3
            floats) against a bare ``mpirun -n N`` of the same mpi4py work (Open MPI from this Python's
            environment, as ``mldist run`` finds it; oversubscribed and unbound, as mldist starts it), for
@@ -57,6 +58,8 @@ CASES: dict[str, tuple[str, dict[str, str]]] = {
     "tensorflow": ("tensorflow", {"KERAS_BACKEND": "tensorflow"}),
     "jax": ("jax", {"KERAS_BACKEND": "jax"}),
 }
+#: ``files``: the engine of each case's run (JAX's own for Keras on JAX; else the MPI engine).
+CASE_ENGINES = {"numpy": "mpi", "tensorflow": "mpi", "jax": "auto"}
 #: The same work with mldist (its init and one all-reduce) and with mpi4py alone.
 MLDIST_SCRIPT = """\
 import numpy as np
@@ -126,8 +129,8 @@ def files_part(args: argparse.Namespace) -> list[Row]:
             code = f"import {module}, mldist, resource; mldist.init(); u = resource.getrusage(resource.RUSAGE_SELF)"
             code += "; print(f'CPU {u.ru_utime + u.ru_stime:.2f}') if mldist.rank() == 0 else None"
             out = scratch / "strace"
-            shell = f'exec {strace} -f -c -o {out}.$OMPI_COMM_WORLD_RANK "$@"'
-            argv = [PY, "-m", "mldist", "run", "-n", "2", "--communication", "mpi", "--no-run-dir", "--"]
+            shell = f'exec {strace} -f -c -o {out}.$MLDIST_RANK "$@"'  # (the rank mldist run gives each worker)
+            argv = [PY, "-m", "mldist", "run", "-n", "2", "--communication", CASE_ENGINES[case], "--no-run-dir", "--"]
             argv += ["sh", "-c", shell, "sh", PY, "-c", code]
             res = subprocess.run(argv, capture_output=True, text=True, env=bench_env(scratch, extra), timeout=900)
             if res.returncode != 0 or not Path(f"{out}.0").exists():
