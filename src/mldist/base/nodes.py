@@ -82,14 +82,15 @@ class Slot:
     A shorter write leaves the end of a longer one behind; :func:`decode` reads up to the first newline.
 
     Args:
-        path: the file (truncated at the first write; its folder made, owner-only, if missing).
+        path: the file (its folder made, owner-only, if missing).
+        truncate: truncate it at this process's first write (a file of its own).
         keep: keep the descriptor open between writes (False: open, write, close each time).
     """
 
-    def __init__(self, path: Path, keep: bool = True) -> None:
+    def __init__(self, path: Path, keep: bool = True, truncate: bool = True) -> None:
         self.path, self.keep = path, keep
         self._fd: int | None = None
-        self._fresh = True
+        self._fresh = truncate  # a file others write too is never truncated: a reader would find it empty
 
     def put(self, data: bytes) -> None:
         """Write ``data`` at the start of the file."""
@@ -163,7 +164,7 @@ class Node:
         self._peers: dict[str, tuple[int, int]] = {}  # the node's records: name -> (inode, descriptor)
         self.keep_peers = keep  # keep descriptors to the node's records (the benchmark's 4,096 nodes: no)
         self._timers = 0
-        self.file = Slot(shared / node_name(host), keep=keep)
+        self.file = Slot(shared / node_name(host), keep=keep, truncate=False)
         self._slots: dict[int, Slot] = {}
         self._lock: int | None = None
         #: Node-file writes and records gathered by this process (the benchmark counts them).
@@ -205,13 +206,13 @@ class Node:
             return 0.0  # another rank of the node is at it
         try:
             stamp = decode(os.pread(lock, 4096, 0)) or {}
-            last, ranks = float(stamp.get("written", 0.0)), stamp.get("ranks", [])
-            if not (force or now - last >= NODE_SECONDS or now < last or (rank is not None and rank not in ranks)):
-                return last + NODE_SECONDS - now
+            wait = _due(stamp, now, rank, force)
+            if wait > 0:
+                return wait
             records = self.gather()
             self.file.put(encode({"host": self.host, "written": now, "ranks": records}))
             self.writes += 1
-            os.pwrite(lock, encode({"written": now, "ranks": [r.get("rank") for r in records]}), 0)
+            os.pwrite(lock, encode({"written": now, "ranks": [r.get("rank") for r in records], "pid": os.getpid()}), 0)
             return 0.0
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -287,6 +288,24 @@ class Node:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._peers.clear()
+
+
+def _due(stamp: dict[str, Any], now: float, rank: int | None, force: bool) -> float:
+    """Seconds until this process writes the node's file (0: now). The process that wrote it last keeps
+    writing it once every :data:`NODE_SECONDS` (its descriptors to the node's records stay useful); another
+    takes over when it is :data:`NODE_SECONDS` late (its main thread holds Python's lock, or it is gone), or
+    when a rank is missing from the file.
+
+    Example:
+        >>> mine, theirs = {"written": 10.0, "ranks": [0], "pid": os.getpid()}, {"written": 10.0, "ranks": [0]}
+        >>> _due(mine, 11.0, 0, False), _due(theirs, 11.0, 0, False), _due(theirs, 12.0, 0, False)
+        (0.0, 1.0, 0.0)
+    """
+    last, ranks = float(stamp.get("written", 0.0)), stamp.get("ranks", [])
+    if force or now < last or (rank is not None and rank not in ranks):
+        return 0.0
+    after = NODE_SECONDS if stamp.get("pid") == os.getpid() else 2 * NODE_SECONDS
+    return max(0.0, last + after - now)
 
 
 def read_nodes(shared: Path, names: list[str]) -> list[dict[str, Any]]:
