@@ -212,3 +212,29 @@ def test_an_unreadable_rank_log_is_one_line_and_the_others_show(shared: Path) ->
         f"mldist logs: {job / 'rank-1.log'} cannot be read: permission denied ({job / 'rank-1.log'} is root's, "
         "mode 0600)\n"
     )
+
+
+@as_nobody
+def test_another_users_job_records_are_one_line_not_a_traceback(shared: Path) -> None:
+    """The job index and its records are owner-only (0700, 0600): another user gets one line naming them."""
+    jobs = shared / "state" / "jobs"
+    jobs.mkdir(parents=True)
+    (shared / "state").chmod(0o755)
+    record = {"job_id": "4242", "scheduler": "slurm", "output_dir": str(shared / "job"), "script": "job.sh",
+              "submitted_at": 1.0, "command": ["true"], "tasks": 2}  # fmt: skip
+    (jobs / "4242.json").write_text(json.dumps(record))
+    (jobs / "4242.json").chmod(0o600)
+    jobs.chmod(0o700)
+    res = _as_nobody("status", MLDIST_STATE_DIR=str(shared / "state"))
+    assert (res.returncode, res.stdout) == (2, ""), res.stderr
+    assert res.stderr == (
+        f"mldist status: error: the job index {jobs} cannot be read: permission denied ({jobs} is root's, mode 0700); "
+        f"MLDIST_STATE_DIR='{shared / 'state'}'\n"
+    )
+    jobs.chmod(0o755)  # the folder open, the record still owner-only: that job is named, as a damaged one is
+    res = _as_nobody("status", "4242", MLDIST_STATE_DIR=str(shared / "state"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr == (
+        f"mldist status: error: the record {jobs / '4242.json'} cannot be read: permission denied "
+        f"({jobs / '4242.json'} is root's, mode 0600)\n"
+    )
