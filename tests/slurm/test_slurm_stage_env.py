@@ -36,11 +36,14 @@ _PATH = re.compile(r'^\d+\s+(?:\d+:\d+:\d+\.\d+\s+)?(\w+)\((?:AT_FDCWD, |\d+, )?
 
 def shared_calls(trace: str, local: tuple[str, ...]) -> Counter[str]:
     """Calls on paths outside ``local`` (prefixes), by path. Relative paths count (the cwd is shared); "" does
-    not (``newfstatat(3, "", AT_EMPTY_PATH)`` is an fstat of a file already open); nor do / and /tmp."""
+    not (``newfstatat(3, "", AT_EMPTY_PATH)`` is an fstat of a file already open); nor do / and /tmp, nor
+    ``getcwd`` (it reads the kernel's cache of the working directory's name: no look-up)."""
     found: Counter[str] = Counter()
     for line in trace.splitlines():
         m = _PATH.match(line)
-        if m and m.group(2) and not (m.group(2) + "/").startswith(local) and m.group(2) not in ("/", "/tmp"):
+        if not m or m.group(1) == "getcwd" or m.group(2) in ("", "/", "/tmp"):
+            continue
+        if not (m.group(2) + "/").startswith(local):
             found[m.group(2)] += 1
     return found
 
@@ -116,6 +119,7 @@ def test_shared_calls_counts_paths_off_the_node() -> None:
         '13 stat("/tmp/mldist-env-7/lib/x.py", 0x7f) = -1 ENOENT (No such file or directory)',
         '13 openat(AT_FDCWD, "", O_RDONLY) = -1 ENOENT',
         '13 execve("/tmp/mldist-env-7/bin/python", ["python"], 0x7ffd /* 40 vars */) = 0',
+        '13 getcwd("/home/u", 1024) = 8',
         "13 +++ exited with 0 +++",
     ])  # fmt: skip
     assert shared_calls(trace, (*LOCAL, "/tmp/mldist-env-7/")) == Counter({"/home/u/train.py": 1})
