@@ -626,3 +626,39 @@ def test_a_partitioned_host_is_left_out_and_its_side_stops_without_writing_what_
     files = [p for p in (out / "run").rglob("*") if p.is_file() and "hx1" in p.name]
     late = [p for p in files if p.stat().st_mtime > clock + reformed]
     assert not late, late
+
+
+#: A worker that prints a few lines from every rank (each rank's log is written) and stays a while.
+PRINTS = "import time; [print('LINE', i, flush=True) for i in range(3)]; print('UP', flush=True); time.sleep(8)"
+
+
+def _launcher_files(hosts: str, ranks: int, env: dict[str, str], run_dir: Path) -> int:
+    """The most descriptors ``mldist run -H hosts`` held while all ``ranks`` ranks ran (/proc/PID/fd)."""
+    argv = [PY, "-m", "mldist", "run", "-H", hosts, "--run-dir", str(run_dir), "--", PY, "-c", PRINTS]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    most, up, seen = 0, 0, []
+    for line in proc.stdout:
+        seen.append(line)
+        up += line.rstrip().endswith("] UP")
+        if up == ranks:
+            for _ in range(10):  # the ranks sleep: what the launcher holds while they run
+                most = max(most, len(list(Path(f"/proc/{proc.pid}/fd").iterdir())))
+                time.sleep(0.2)
+            break
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and up == ranks, "".join(seen) + out
+    assert all((run_dir / f"rank-{r}.log").read_text().count("LINE") == 3 for r in range(ranks))
+    return most
+
+
+def test_the_launcher_s_open_files_grow_with_hosts_not_ranks(hosts_env: dict[str, str], tmp_path: Path) -> None:
+    """4 hosts x 2 ranks, then x 4: the launcher holds as many files for 16 ranks as for 8 (before: one more
+    rank log each). Remote ranks' output comes through mpiexec's two pipes; the rank logs open are at most
+    one per host (at least 8). Open MPI's own tree spawn is used (routed radix 2: hx1's and hx2's daemons
+    start hx3's and hx4's over the same ssh agent)."""
+    env = {**hosts_env, "PRTE_MCA_routed_radix": "2"}
+    two = _launcher_files("hx1:2,hx2:2,hx3:2,hx4:2", 8, env, tmp_path / "two")
+    four = _launcher_files("hx1:4,hx2:4,hx3:4,hx4:4", 16, env, tmp_path / "four")
+    print(f"launcher's open files over 4 test hosts: {two} with 2 ranks a host, {four} with 4")
+    assert four <= two + 1, (two, four)

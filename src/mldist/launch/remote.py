@@ -38,9 +38,11 @@ from ..placement.cluster import assign_ports, port_base
 from ..placement.handed import HANDED
 from . import elastic
 from .config import RunConfig
+from .fanout import open_logs
 from .groups import Group
 from .hosts import Notices, children, keepalive_agent, reaching_network, silent_hosts, summary
 from .mpiexec import find_mpiexec, flavour, mpiexec_env
+from .output import RunLogs
 from .procs import ended_at, run_env, say
 from .remote_shim import ROUND_FILE, TERM_AS
 
@@ -121,20 +123,31 @@ def remote_argv(
     return [mpiexec, "-n", str(n), "--host", host_list, "--bind-to", "none", *forward, *user, *shim]
 
 
-def remote_env(base: Mapping[str, str], extra: Mapping[str, str], interface: str | None) -> dict[str, str]:
+def remote_env(
+    base: Mapping[str, str], extra: Mapping[str, str], interface: str | None, hosts: int = 1
+) -> dict[str, str]:
     """mpiexec's environment for remote ranks: TCP between the hosts, on ``interface`` when named, and ssh
-    keepalives on its sessions (:func:`mldist.launch.hosts.keepalive_agent`: a frozen host is reported lost).
+    keepalives on its sessions (:func:`mldist.launch.hosts.keepalive_agent`: a frozen host is reported lost)
+    while mpiexec reaches every one of the ``hosts`` itself.
+
+    Beyond its routed radix (64) Open MPI starts its daemons in a tree, each daemon reaching the next
+    hosts with the agent it was handed, and it hands on the agent cut at its first "=" (``-o
+    ServerAliveInterval``: no daemon starts). Its tree spawn then keeps the agent as given.
 
     Example:
         >>> env = remote_env({}, {}, "10.1.0.0/16")
         >>> env["OMPI_MCA_btl_tcp_if_include"], env["PRTE_MCA_oob_tcp_if_include"]
         ('10.1.0.0/16', '10.1.0.0/16')
+        >>> "ServerAlive" in remote_env({}, {}, None, 64)["PRTE_MCA_plm_ssh_agent"], "ServerAlive" in str(
+        ...     remote_env({}, {}, None, 65).get("PRTE_MCA_plm_ssh_agent"))
+        (True, False)
     """
     env = mpiexec_env(base, "openmpi", extra)
     env["OMPI_MCA_btl"] = base.get("OMPI_MCA_btl", "^ofi")  # the hosts talk over TCP
     if interface:
         env["OMPI_MCA_btl_tcp_if_include"] = env["PRTE_MCA_oob_tcp_if_include"] = interface
-    if agent := keepalive_agent(env):
+    radix = env.get("PRTE_MCA_routed_radix", "")
+    if hosts <= (int(radix) if radix.isdigit() else 64) and (agent := keepalive_agent(env)):
         env["PRTE_MCA_plm_ssh_agent"] = agent
     return env
 
@@ -161,6 +174,24 @@ def answering_hosts(cfg: RunConfig, env: Mapping[str, str]) -> RunConfig:
             f"{cfg.elastic.min_np})")  # fmt: skip
         return dataclasses.replace(cfg, hosts=hosts, nprocs=n)
     raise LaunchError(summary(silent))
+
+
+class _FewLogs(RunLogs):
+    """The rank logs, at most ``most`` open at once (:func:`mldist.launch.fanout.open_logs`: as many as hosts):
+    the one written least recently closes, and opens again (appending) when its rank writes."""
+
+    def __init__(self, run_dir: str | None, ranks: int, most: int) -> None:
+        super().__init__(run_dir, ranks)
+        self.most = most
+
+    def write(self, rank: int, data: bytes) -> None:
+        with self._lock:
+            if rank in self.files:
+                self.files[rank] = self.files.pop(rank)  # the most recent last
+            elif len(self.files) >= self.most:
+                with contextlib.suppress(OSError, ValueError):
+                    self.files.pop(next(iter(self.files))).close()
+            super().write(rank, data)
 
 
 class _Rank:
@@ -206,7 +237,7 @@ class RemoteGroup(Group):
             # slots first); its port, from this start's id as batch jobs take theirs from the job's.
             envvalues.COORDINATOR.name: f"{cfg.hosts[0][0]}:{assign_ports(self.run_id, 1, port_base(self.env))[0]}",
         }
-        env = remote_env(self.env, extra, self.interface())
+        env = remote_env(self.env, extra, self.interface(), len(cfg.hosts))
         self.mpiexec = subprocess.Popen(
             self.argv(found, forwarded(env, extra, cfg.env)),
             env=env,
@@ -217,6 +248,7 @@ class RemoteGroup(Group):
             preexec_fn=die_with_parent,
         )
         self.procs = [_Rank(self, self.mpiexec) for _ in range(cfg.nprocs)]
+        self.run_logs = _FewLogs(cfg.run_dir, cfg.nprocs, open_logs(len(cfg.hosts), cfg.nprocs))
         self.first: str | None = None
         self.first_code: int | None = None
         self.failed_seen: float | None = None  # time.monotonic() of the first failure reported
