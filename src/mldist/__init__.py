@@ -43,7 +43,9 @@ def __getattr__(name: str) -> Any:
     """The runtime's public names, ``CheckpointManager`` and the submodules, each imported on first use:
     ``import mldist`` loads a few modules, the rest come with what the script calls."""
     if name in _runtime.__all__:
-        value = getattr(_runtime, name)
+        # From the defining module, not the package: once anything imported the submodule
+        # mldist.runtime.context, the package's attribute ``context`` is that module, not the function.
+        value = getattr(importlib.import_module(f"{_runtime.__name__}.{_runtime._WHERE[name]}"), name)
     elif name == "CheckpointManager":
         from .checkpoint import CheckpointManager as value
     else:
