@@ -204,16 +204,15 @@ _TRACED = re.compile(r'^\d+\s+(\w+)\((?:AT_FDCWD, |\d+, )?"([^"]*)"')
 
 
 def off_node(trace: str, local: tuple[str, ...]) -> int:
-    """Calls of an ``strace -e trace=%file`` log on paths outside ``local`` ("", / and /tmp not counted).
+    """Calls of an ``strace -e trace=%file`` log on paths outside ``local`` ("", / and /tmp not counted, nor
+    ``getcwd``, which reads the kernel's cache of the working directory's name).
 
     Example:
         >>> off_node('1 openat(AT_FDCWD, "/usr/x", O_RDONLY) = 3\\n1 stat("/home/u/t.py", {}) = 0', NODE_DIRS)
         1
     """
-    hits = (_TRACED.match(line) for line in trace.splitlines())
-    return sum(
-        1 for m in hits if m and m.group(2) not in ("", "/", "/tmp") and not (m.group(2) + "/").startswith(local)
-    )
+    hits = [m for m in map(_TRACED.match, trace.splitlines()) if m and m.group(1) != "getcwd"]
+    return sum(1 for m in hits if m.group(2) not in ("", "/", "/tmp") and not (m.group(2) + "/").startswith(local))
 
 
 def staged_part(args: argparse.Namespace) -> list[Row]:
