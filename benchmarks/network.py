@@ -153,15 +153,20 @@ def unshape() -> None:
 def shaped(rate: str) -> Iterator[None]:
     """Both hosts' eth0 at ``rate`` (tbf) inside the block, unshaped after it, whatever happens."""
     try:
-        if rate != "none":
-            for ns in NAMESPACES:
-                tbf = ["tbf", "rate", rate, "burst", "256kb", "latency", "200ms"]
-                res = _ip_netns(ns, "tc", "qdisc", "replace", "dev", "eth0", "root", *tbf)
-                if res.returncode:
-                    fail(f"tc in {ns} refused rate {rate!r}: {res.stderr.strip()}")
+        shape(rate)
         yield
     finally:
         unshape()
+
+
+def shape(rate: str) -> None:
+    """Both hosts' eth0 at ``rate`` (tbf); nothing for "none"."""
+    if rate != "none":
+        for ns in NAMESPACES:
+            tbf = ["tbf", "rate", rate, "burst", "256kb", "latency", "200ms"]
+            res = _ip_netns(ns, "tc", "qdisc", "replace", "dev", "eth0", "root", *tbf)
+            if res.returncode:
+                fail(f"tc in {ns} refused rate {rate!r}: {res.stderr.strip()}")
 
 
 @contextlib.contextmanager
@@ -445,6 +450,22 @@ def tier_configs(model: str, r: int, fit: bool) -> dict[str, tuple[list[str], in
     return out
 
 
+def launch_again(cmd: list[str], env: dict[str, str], ranks: int, rate: str, tries: int = 3) -> list[dict[str, object]]:
+    """:func:`launch`, again (up to ``tries`` times) when a run fails: the test hosts are shared, and other
+    users' tests stop, freeze or restart them. Before each new try the hosts are started if they do not
+    answer and shaped again (a restarted host comes back unshaped); each retry is said in one line."""
+    for attempt in range(1, tries + 1):
+        try:
+            return launch(cmd, env, ranks)
+        except SystemExit:
+            if attempt == tries:
+                raise
+            print(f"network.py: run failed (try {attempt} of {tries}); starting the hosts if needed, trying again")
+            subprocess.run(["bash", str(HOSTS_SCRIPT), "start"], capture_output=True, timeout=900)
+            shape(rate)
+    raise AssertionError("unreachable")
+
+
 def tier_value(name: str, rows: list[dict[str, object]]) -> float:
     """A tier run's figure: the slower rank's all-reduce ms, or its images/s for a fit."""
     if name.startswith("fit"):
@@ -465,7 +486,7 @@ def measure_tiers(
                 with shaped(rate):
                     for model, r in [(m, r) for m in models for r in ranks]:
                         for name, (cmd, n) in tier_configs(model, r, fit).items():
-                            rows = launch(cmd, env, n)
+                            rows = launch_again(cmd, env, n, rate)
                             value = tier_value(name, rows)
                             samples.setdefault(f"{model}/{rate}/{r}", {}).setdefault(name, []).append(value)
                             if "gradient_bytes" in rows[0]:

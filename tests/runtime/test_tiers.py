@@ -115,3 +115,17 @@ def test_one_rank_per_host_takes_the_flat_path(hosts_env: dict[str, str]) -> Non
     assert [(r["tiered"], r["hierarchy"]["nodes"], r["hierarchy"]["per_node"]) for r in rows] == [(False, 2, 1)] * 2
     assert rows[0]["hierarchy"]["reason"].startswith("one rank per node")
     assert rows[0]["sums"] == {"float32": 3.0, "bfloat16": 3.0, "int32": 3, "max": 1.0}
+
+
+@pytest.mark.slow
+def test_mldist_env_says_which_all_reduce(hosts_env: dict[str, str]) -> None:
+    cmd = ["run", "-H", "hx1:2,hx2:2", "--no-run-dir", "--", PY, "-m", "mldist", "env"]
+    res = check(mldist(cmd, env=hosts_env, timeout=180))
+    said = [line.split("] ", 1)[1] for line in res.stdout.splitlines() if "allreduce " in line]
+    expected = (
+        "allreduce hierarchical (2 nodes x up to 2 ranks: reduce on the node, all-reduce among 2 node leaders, "
+        "broadcast)"
+    )
+    assert said == [expected] * 4, tail(res)
+    res = check(mldist(cmd, env=hosts_env | {"MLDIST_HIERARCHICAL": "0"}, timeout=180))
+    assert res.stdout.count("allreduce flat (turned off") == 4, tail(res)
