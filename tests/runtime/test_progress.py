@@ -186,3 +186,20 @@ def test_one_rank_reads_the_records_when_a_collective_times_out_and_the_others_t
         line and line.startswith("rank 5 has not reached collective #2 allreduce(sum)") for line in said.values()
     )
     assert sum(w.verdicts.judged for w in watches if w.verdicts) == 1, said
+
+
+def test_a_sampled_wait_every_rank_is_in_is_judged_once_not_every_second(tmp_path: Path) -> None:
+    """On JAX a computation every rank is in may be long: no stall, and the records are read once for it, not
+    again each second the watch looks."""
+    from mldist.runtime import jax_watch
+
+    now = [0.0]
+    watch = stall.Watch(0, "jax", 10, clock=lambda: now[0], size=2, where=tmp_path, wall=lambda: 1000 + now[0])
+    watch.sampler = jax_watch.Waits(lambda frame: ("JAX computation step across processes", 1))
+    busy = Record(1, "n2", 9, 1, 0, (1, "JAX computation step across processes", 1000.0), None, (), 1030.0)
+    progress.write(tmp_path, busy)
+    assert watch.overdue() is None  # the first sample: the wait counts from here
+    for second in range(30, 40):
+        now[0] = float(second)
+        assert watch.overdue() is None
+    assert watch.verdicts is not None and watch.verdicts.judged == 1
