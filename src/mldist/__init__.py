@@ -13,13 +13,16 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import runtime as _runtime
 from ._version import __version__
 from .errors import CheckpointError, ConfigError, DetectionError, LaunchError, MldistError, RuntimeStateError
 
-if TYPE_CHECKING:
+#: Never true: the imports below are for readers of the source (the API reference, mypy); at run time
+#: :func:`__getattr__` imports each name on first use (``if TYPE_CHECKING`` would hide them from the reference).
+_READ_ONLY = False
+if _READ_ONLY:
     from .checkpoint import CheckpointManager
     from .runtime import *  # noqa: F403 - the facade re-exports the runtime's public names
 

@@ -14,9 +14,12 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
+#: Never true: the imports below are for readers of the source (the API reference, mypy); at run time
+#: :func:`__getattr__` imports each name on first use (``if TYPE_CHECKING`` would hide them from the reference).
+_READ_ONLY = False
+if _READ_ONLY:
     from .collectives import allgather, allreduce, broadcast
     from .gradients import DistributedGradientTape, average_gradients
     from .stall import stall_watch
