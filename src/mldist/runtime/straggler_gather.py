@@ -108,22 +108,25 @@ class Picker:
 
     Args:
         most: the most entries a round sends (:func:`slots`).
+
+    Attributes:
+        count: the collectives ended since the last round.
     """
 
     def __init__(self, most: int) -> None:
-        self.most, self.mask, self._count = most, 0, 0
+        self.most, self.mask, self.count = most, 0, 0
         self._picked: list[tuple[int, float, float]] = []
 
     def ended(self, entry: tuple[int, float, float]) -> None:
         """One collective ended (its :data:`mldist.runtime.straggler.Entry`): kept when its number is picked."""
-        self._count += 1
+        self.count += 1
         if entry[0] & self.mask == 0:
             self._picked.append(entry)
 
     def take(self) -> list[tuple[int, float, float]]:
         """The round's entries (at most :attr:`most`); the stride follows the rate of the round."""
         picked, self._picked = self._picked, []
-        count, self._count = self._count, 0
+        count, self.count = self.count, 0
         mask = self.mask
         while len(picked) > self.most:  # more than a round holds: the multiples of a larger power of two
             mask = 2 * mask + 1

@@ -82,12 +82,11 @@ class Reporter:
         self.picker = Picker(slots(size) // getattr(aside, "repeats", 1))
         self._previous: list[Entry] = []
         self._frames: collections.Counter[str] = collections.Counter()
-        self._next, self._stopped, self._running = 0.0, False, False
+        self._next, self._stopped = 0.0, False
         self._lock = threading.Lock()  # the watch thread's turn and the exit handler: one at a time
 
     def ended(self, entry: Entry) -> None:
         """Pick the collective when its number is one this round keeps."""
-        self._running = True
         self.picker.ended(entry)
 
     def turn(self, watch: Any, now: float | None = None) -> None:
@@ -104,9 +103,9 @@ class Reporter:
                 self._stop(exc)
 
     def _frame(self, watch: Any) -> None:
-        """Count where the main thread is, when it is outside collectives (the line says the most frequent), from
-        the first collective on: the imports and set-up before it are not where a step spends its time."""
-        if self._running and (frame := frame_of(watch.record(time.monotonic()))):
+        """Count where the main thread is, when it is outside collectives (the line says the most frequent), in
+        a second that ended collectives: imports, set-up and the first step's tracing are not where steps go."""
+        if self.picker.count and (frame := frame_of(watch.record(time.monotonic()))):
             self._frames[frame] += 1
 
     def _round(self, steps: int, now: float, last: bool = False) -> None:
