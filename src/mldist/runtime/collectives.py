@@ -341,12 +341,12 @@ def allgather(tensor: Any) -> Any:
         labels = mldist.allgather(local_labels)   # [sum of local lengths, ...]
     """
     ctx, n, _ = _world()
-    if isinstance(tensor, list | tuple) and host_values.split(tensor) is not None:
-        tensor = np.asarray(tensor)  # one array, as tf.convert_to_tensor takes it
-    if isinstance(tensor, np.ndarray | np.generic | int | float | complex) and engine().host is not None:
+    # numpy, a number, or a list of numbers (one array, as tf.convert_to_tensor takes it) on host collectives
+    plain = isinstance(tensor, np.ndarray | np.generic | int | float | complex)
+    if (plain or host_values.split(tensor) is not None) and engine().host is not None:
         if np.ndim(tensor) < 1:
             raise ConfigError(f"allgather needs a tensor of rank >= 1, got shape {np.shape(tensor)}")
-        return _on_host(tensor, lambda eng, flat: [eng.allgather(flat[0], n)], n)[1]
+        return _on_host(np.asarray(tensor), lambda eng, flat: [eng.allgather(flat[0], n)], n)[1]
     if not ctx.decision.traits.runs_tensorflow:
         if np.ndim(tensor) < 1:
             raise ConfigError(f"allgather needs a tensor of rank >= 1, got shape {np.shape(tensor)}")
