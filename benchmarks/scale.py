@@ -220,19 +220,30 @@ def stuck(job: Job, rank: int) -> dict[str, Any]:
     }
 
 
+#: ``mldist stacks`` in a child that reports its own peak memory (``VmHWM``: the memory of this process since its
+#: exec; ``ru_maxrss`` would count the benchmark's own, which the child shares until it execs).
+_STACKS = """
+import contextlib, io, re, sys
+from mldist.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    main(["stacks", sys.argv[1]])
+peak = re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())
+print(len(out.getvalue().splitlines()), int(peak.group(1)) if peak else 0)
+"""
+
+
 def stacks(folder: Path) -> dict[str, Any]:
-    """``mldist stacks FOLDER`` as a user runs it: seconds, peak memory, lines."""
-    with tempfile.TemporaryFile("w+") as out:
-        started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "mldist", "stacks", str(folder)], stdout=out,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
-        _, _, usage = os.wait4(proc.pid, 0)  # its own peak memory (the benchmark's children's would mix)
-        took = time.perf_counter() - started
-        proc.returncode = 0
-        out.seek(0)
-        lines = len(out.read().splitlines())
+    """``mldist stacks FOLDER`` in a new Python, as a user runs it: seconds (CPU seconds), peak memory, lines."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", _STACKS, str(folder)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    out = proc.stdout.read() if proc.stdout else ""
+    _, _, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - started
+    proc.returncode = 0
+    lines, peak = (int(x) for x in (out.split() or ["0", "0"])[-2:])
     cpu = usage.ru_utime + usage.ru_stime
-    return {"stacks_s": round(took, 2), "stacks_cpu_s": round(cpu, 2), "stacks_mb": round(usage.ru_maxrss / 1024, 1),
+    return {"stacks_s": round(took, 2), "stacks_cpu_s": round(cpu, 2), "stacks_mb": round(peak / 1024, 1),
             "stacks_lines": lines}  # fmt: skip
 
 
