@@ -39,77 +39,23 @@ from ..base import envvalues, nodes, progress
 from . import straggler, straggler_rounds, verdict
 from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
+from .stall_lines import HINTS as HINTS
+from .stall_lines import RAISE_IT as RAISE_IT
+from .stall_lines import collective_timeout as collective_timeout
+from .stall_lines import late_message as late_message
+from .stall_lines import stall_message as stall_message
 
 #: Seconds a collective may take before the watch ends the job: far above any sane step,
 #: short enough that a stalled job gives its allocation back.
 DEFAULT_TIMEOUT = envvalues.COLLECTIVE_TIMEOUT.default
 #: Exit code of a rank the watch ended.
 STALL_EXIT_CODE = 1
-#: What to try next, per engine.
-HINTS: Mapping[str, str] = {
-    "nccl": "NCCL collectives stall on some clusters (network, driver or NCCL_* settings): "
-    "set MLDIST_COMMUNICATION=ring (mldist run --communication ring) to use TensorFlow's RING "
-    "collectives instead",
-    "ring": "a peer stopped making progress (stuck in its input pipeline or I/O, or running other "
-    "steps); check the other ranks' output, or try MLDIST_COMMUNICATION=mpi on CPUs",
-    "mpi": "another rank did not reach this collective (stuck, or running other steps); check the "
-    "other ranks' output, or try MLDIST_COMMUNICATION=ring",
-}
 _CHECK_SECONDS = 1.0
 #: After this many records in a row that could not be made, the rank says so (once).
 FAILURES_SAID = 5
 #: How many of its last collectives' waits a record carries for rank 0's slow-rank account
 #: (:mod:`mldist.runtime.straggler_watch`); the rest of the history stays in the watch.
 PUBLISHED_WAITS = straggler.KEPT
-
-
-def collective_timeout(env: Mapping[str, str]) -> float:
-    """Seconds from ``MLDIST_COLLECTIVE_TIMEOUT`` (default :data:`DEFAULT_TIMEOUT`; 0: no watch).
-
-    A bad value is a ConfigError (:data:`mldist.base.envvalues.COLLECTIVE_TIMEOUT`).
-
-    Example:
-        >>> collective_timeout({}), collective_timeout({"MLDIST_COLLECTIVE_TIMEOUT": "0"})
-        (600.0, 0.0)
-    """
-    return envvalues.COLLECTIVE_TIMEOUT.read(env)
-
-
-def stall_message(rank: int, engine: str, what: str, seconds: float, timeout: float) -> str:
-    """The one line a rank prints before the watch ends it.
-
-    Args:
-        rank: this rank.
-        engine: "nccl", "ring" or "mpi".
-        what: the collective ("allreduce(sum)", "broadcast", ...).
-        seconds: how long it has been in flight.
-        timeout: the limit it passed.
-
-    Example:
-        >>> "MLDIST_COMMUNICATION=ring" in stall_message(0, "nccl", "allreduce(sum)", 601, 600)
-        True
-    """
-    hint = HINTS.get(engine, "check the other ranks' output")
-    return (
-        f"rank {rank} waited {seconds:.0f} s in {what} (engine {engine}) for the other workers, more than "
-        f"{envvalues.COLLECTIVE_TIMEOUT.name}={timeout:g}; {hint}; {RAISE_IT}"
-    )
-
-
-#: The end of every stall message.
-RAISE_IT = "raise MLDIST_COLLECTIVE_TIMEOUT if one step really takes this long (0 turns the watch off)"
-
-
-def late_message(rank: int, engine: str, late: Sequence[str], seconds: float, timeout: float) -> str:
-    """The stall message that names the late ranks (``late``: :func:`mldist.base.progress.late_lines`).
-
-    Example:
-        >>> late_message(0, "mpi", ["rank 1 has not reached collective #3 broadcast after 9 s: ..."], 9, 8)[:36]
-        'rank 1 has not reached collective #3'
-    """
-    setting = f"{envvalues.COLLECTIVE_TIMEOUT.name}={timeout:g}"
-    tail = f"rank {rank} waited {seconds:.0f} s (engine {engine}), more than {setting}"
-    return "\n".join([*late, f"{tail}; {RAISE_IT}"])
 
 
 #: Counters read from the graph: (collectives started, finished, index of the last started in its names).
