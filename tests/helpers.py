@@ -229,7 +229,7 @@ def stop_service(script: Path) -> None:
 
 
 class Probe:
-    """Stands in for joining the MPI world (``mldist.placement.engines.decide_with``'s ``mpi``): counts the calls."""
+    """Stands in for joining the MPI world (``mldist.placement.engines.gather``'s ``mpi``): counts the calls."""
 
     def __init__(self, world: Any) -> None:
         self.world, self.calls = world, 0

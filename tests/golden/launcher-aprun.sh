@@ -28,6 +28,13 @@ echo "mldist: $mldist_cpus CPUs per node (measured): $MLDIST_CPUS_PER_TASK threa
   -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
   -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
   -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
+# The engine, decided once here for every rank: each takes it where its facts are these (mldist env).
+if mldist_decision=$(python3 -m mldist.launch.batch.decided 8 aprun 2>/dev/null); then
+  export MLDIST_DECISION="$mldist_decision"
+else
+  unset MLDIST_DECISION
+  echo "mldist: no engine decision to hand the ranks (${mldist_decision:-python3 has no mldist here}); each decides for itself"
+fi
 # The ranks' start-up hook: Keras's variables per rank, and whether each joined a group.
 mldist_where='from mldist.base.joined import hook_folder; print(hook_folder())'
 if mldist_hook=$(python3 -c "$mldist_where" 2>/dev/null); then

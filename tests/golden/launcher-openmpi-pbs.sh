@@ -23,7 +23,7 @@ export MLDIST_CPUS_PER_TASK=$((mldist_cpus / 2 > 0 ? mldist_cpus / 2 : 1))
 export OMP_NUM_THREADS=$MLDIST_CPUS_PER_TASK MLDIST_CORES_PER_TASK=$((MLDIST_CPUS_PER_TASK / 1 > 0 ? MLDIST_CPUS_PER_TASK / 1 : 1))
 echo "mldist: $mldist_cpus CPUs per node (measured): $MLDIST_CPUS_PER_TASK threads for each of 2 ranks per node (--cpus-per-task sets them)"
 mldist_forward=()  # Open MPI passes on only the variables -x names
-for v in PATH LD_LIBRARY_PATH PYTHONPATH VIRTUAL_ENV CONDA_PREFIX APPTAINER_CACHEDIR APPTAINERENV_PYTHONPATH OMP_NUM_THREADS MLDIST_CPUS_PER_TASK MLDIST_JOB_DIR MLDIST_RUN_DIR MLDIST_ATTEMPT MLDIST_JOB_ID MLDIST_REQUEUE_MARK; do [ -n "${!v+x}" ] && mldist_forward+=(-x "$v"); done
+for v in PATH LD_LIBRARY_PATH PYTHONPATH VIRTUAL_ENV CONDA_PREFIX APPTAINER_CACHEDIR APPTAINERENV_PYTHONPATH OMP_NUM_THREADS MLDIST_CPUS_PER_TASK MLDIST_JOB_DIR MLDIST_RUN_DIR MLDIST_ATTEMPT MLDIST_JOB_ID MLDIST_REQUEUE_MARK MLDIST_DECISION; do [ -n "${!v+x}" ] && mldist_forward+=(-x "$v"); done
 {
   echo "# job $job_id attempt $MLDIST_ATTEMPT on $(hostname) at $(date -u +%FT%TZ)"
   echo "## modules"; command -v module >/dev/null 2>&1 && module list 2>&1
@@ -34,6 +34,13 @@ for v in PATH LD_LIBRARY_PATH PYTHONPATH VIRTUAL_ENV CONDA_PREFIX APPTAINER_CACH
   -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
   -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
   -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
+# The engine, decided once here for every rank: each takes it where its facts are these (mldist env).
+if mldist_decision=$(python3 -m mldist.launch.batch.decided 4 openmpi 2>/dev/null); then
+  export MLDIST_DECISION="$mldist_decision"
+else
+  unset MLDIST_DECISION
+  echo "mldist: no engine decision to hand the ranks (${mldist_decision:-python3 has no mldist here}); each decides for itself"
+fi
 # The ranks' start-up hook: Keras's variables per rank, and whether each joined a group.
 mldist_where='from mldist.base.joined import hook_folder; print(hook_folder())'
 if mldist_hook=$(python3 -c "$mldist_where" 2>/dev/null); then

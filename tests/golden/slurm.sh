@@ -64,6 +64,13 @@ fi
   -e 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/[:space:]"]*@#\1<redacted>@#g' \
   -e 's#"([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))": "([^"\\]|\\.)*"#"\1": "<redacted>"#g' \
   -e 's#(^|[^A-Za-z0-9_])([A-Za-z0-9_]*([Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]|[Aa][Uu][Tt][Hh])[A-Za-z0-9_]*|[A-Za-z0-9_]*(_[Kk][Ee][Yy]))=("([^"\\]|\\.)*"?|[^="][^"]*|$)#\1\2=<redacted>#g' >"$MLDIST_JOB_DIR/environment-$job_id.txt"
+# The engine, decided once here for every rank: each takes it where its facts are these (mldist env).
+if mldist_decision=$(apptainer exec --nv --bind "$PWD" --bind "$MLDIST_JOB_DIR" --bind /data:/mnt:ro ${mldist_binds[@]+"${mldist_binds[@]}"} --writable-tmpfs --bind /scratch/u/data:/data:ro "$mldist_sif" python3 -m mldist.launch.batch.decided 8 srun 2>/dev/null); then
+  export MLDIST_DECISION="$mldist_decision"
+else
+  unset MLDIST_DECISION
+  echo "mldist: no engine decision to hand the ranks (${mldist_decision:-python3 has no mldist here}); each decides for itself"
+fi
 if [ -n "${mldist_early_usr1:-}" ]; then
   echo "mldist: USR1 came before the workers started: requeueing without starting them"; code=75
 else

@@ -14,7 +14,7 @@ from mldist.launch.groups import DirectGroup
 from mldist.launch.local import launch_plan
 from mldist.launch.rundir import config_record
 from mldist.placement import backend
-from mldist.placement.engines import MpiWorld, decide
+from mldist.placement.engines import Facts, MpiWorld, decide
 from mldist.placement.resources import ThreadPlan
 from mldist.runtime.jax_engine import visible_gpus, xla_flags
 
@@ -45,9 +45,9 @@ def test_unknown_and_unsupported_backends_say_why_in_one_line() -> None:
 
 def test_jax_always_gets_the_jax_engine_and_names_an_ignored_request() -> None:
     world = MpiWorld(0, 2, "Open MPI")
-    auto = decide("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=world, backend="jax")
-    asked = decide("ring", rank=0, size=2, launcher="slurm", gpu=False, mpi=None, backend="jax")
-    one = decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None, backend="jax")
+    auto = decide(Facts("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=world, backend="jax"))
+    asked = decide(Facts("ring", rank=0, size=2, launcher="slurm", gpu=False, backend="jax"))
+    one = decide(Facts("auto", rank=0, size=1, launcher="none", gpu=False, backend="jax"))
     assert (auto.name, auto.reason) == ("jax", "")
     assert asked.name == "jax" and "communication='ring' does not apply" in asked.reason
     assert one.name == "none"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +13,7 @@ import pytest
 from helpers import Probe
 from mldist.errors import ConfigError
 from mldist.placement import Placement, engines
-from mldist.placement.engines import Decision, MpiWorld, decide, disagreement
+from mldist.placement.engines import Decision, Facts, MpiWorld, decide, disagreement
 
 WORLD2 = MpiWorld(0, 2, "Open MPI v5.0.11, package: Open MPI")
 NO_MPI4PY = "mpi4py is not installed (pip install 'mldist[cpu]')"
@@ -37,7 +40,7 @@ NO_MPI4PY = "mpi4py is not installed (pip install 'mldist[cpu]')"
     ],
 )
 def test_the_decision_table(requested: str, gpu: bool, mpi: Any, name: str, reason: str) -> None:
-    got = decide(requested, rank=0, size=2, launcher="slurm", gpu=gpu, mpi=mpi)
+    got = decide(Facts(requested, rank=0, size=2, launcher="slurm", gpu=gpu, mpi=mpi))
     assert got.name == name
     assert reason in got.reason and bool(reason) == bool(got.reason)
 
@@ -54,11 +57,11 @@ def test_the_decision_table(requested: str, gpu: bool, mpi: Any, name: str, reas
 )
 def test_impossible_requests_are_one_config_error(requested: str, gpu: bool, mpi: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        decide(requested, rank=0, size=2, launcher="slurm", gpu=gpu, mpi=mpi)
+        decide(Facts(requested, rank=0, size=2, launcher="slurm", gpu=gpu, mpi=mpi))
 
 
 def test_one_process_needs_no_engine_and_no_mpi() -> None:
-    assert decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None) == Decision("none", ANY_REASON)
+    assert decide(Facts("auto", rank=0, size=1, launcher="none", gpu=False)) == Decision("none", ANY_REASON)
     assert not engines.needs_mpi_probe("mpi", 1, gpu=False)
     assert engines.needs_mpi_probe("auto", 2, gpu=False) and not engines.needs_mpi_probe("auto", 2, gpu=True)
 
@@ -95,8 +98,8 @@ class Spy:
         self.calls: list[dict[str, Any]] = []
         self.name = name
 
-    def __call__(self, requested: str, **facts: Any) -> Decision:
-        self.calls.append({"requested": requested, **facts})
+    def __call__(self, facts: Facts) -> Decision:
+        self.calls.append(dataclasses.asdict(facts))
         return Decision(self.name, "spy")
 
 
@@ -115,16 +118,28 @@ def test_the_launcher_decides_through_decide(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mldist.runtime.worker import decide_here
-    from mldist.tools.report import _engine
+    from mldist.runtime import worker
+    from mldist.tools import doctor, report
 
     spy = Spy("nccl")
     monkeypatch.setattr(engines, "decide", spy)
+    monkeypatch.setattr(report, "decide", spy)  # imported by name
     placement = Placement(rank=1, size=2, local_rank=1, local_size=2, launcher="tf_config")
-    decision = decide_here(placement, "ring", has_gpu=False, env={})
+    decision = worker._decision(placement, "ring", False, "tensorflow")
     assert decision == Decision("nccl", "spy") and spy.calls[-1]["rank"] == 1
-    assert _engine({}, placement, has_gpu=False)["choice"] == "nccl"
-    assert len(spy.calls) == 2
+    assert report._engine({}, placement, has_gpu=False)["choice"] == "nccl"
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "MLDIST_COMMUNICATION": "ring", "HOME": "/none"}
+    assert "nccl engine" in doctor.check_mpi(env).message
+    assert len(spy.calls) == 3
+
+
+def test_one_function_named_decide_chooses_the_engine() -> None:
+    """The others gather its facts or decode the launcher's: ``def decide`` is found once in the package."""
+    src = Path(engines.__file__).parents[1]
+    found = [
+        f"{p.relative_to(src)}" for p in sorted(src.rglob("*.py")) if re.search(r"^def decide\b", p.read_text(), re.M)
+    ]
+    assert found == ["placement/engines.py"]
 
 
 @pytest.mark.parametrize(
@@ -139,22 +154,23 @@ def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.Monk
         ("mpi", {"KERAS_BACKEND": "jax"}, False, False, "jax"),
     ],
 )
-def test_decide_with_gathers_the_facts_and_joins_mpi_only_when_it_matters(
+def test_gather_gathers_the_facts_and_joins_mpi_only_when_it_matters(
     requested: str | None, env: dict[str, str], gpu: bool, asks: bool, name: str
 ) -> None:
     probe = Probe(MpiWorld(0, 2, "Open MPI v5.0.8, package: x"))
     env = {"HOME": "/nonexistent", **env}
-    decision = engines.decide_with(requested, env, rank=0, size=2, launcher="openmpi", gpu=gpu, mpi=probe)
+    decision = decide(engines.gather(requested, env, rank=0, size=2, launcher="openmpi", gpu=gpu, mpi=probe))
     assert (decision.name, probe.calls) == (name, int(asks))
     assert decision.backend == env.get("KERAS_BACKEND", "tensorflow")
     assert decision.library == ("Open MPI v5.0.8, package: x" if name == "mpi" else "")
 
 
-def test_decide_with_takes_the_loaded_backend_over_the_environment() -> None:
-    decision = engines.decide_with(
+def test_gather_takes_the_loaded_backend_over_the_environment() -> None:
+    facts = engines.gather(
         "auto", {"KERAS_BACKEND": "tensorflow"}, rank=0, size=2, launcher="mldist", gpu=False, mpi=lambda: None,
         loaded_backend="jax",
     )  # fmt: skip
+    decision = decide(facts)
     assert (decision.name, decision.backend, decision.traits.averages_in_step) == ("jax", "jax", True)
 
 

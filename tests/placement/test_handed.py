@@ -55,6 +55,11 @@ def test_no_launcher_of_ours_hands_nothing() -> None:
     assert handed.handed_in({}) is None and handed.handed_in({handed.HANDED: " "}) is None
 
 
+def _facts(given: Handed | None, requested: str = "auto", **mine: Any) -> engines.Facts:
+    facts: dict[str, Any] = {"rank": 1, "size": 2, "launcher": "openmpi", "gpu": False} | mine
+    return engines.Facts(requested, handed=given, **facts)
+
+
 @pytest.mark.parametrize(
     "facts",
     [
@@ -66,43 +71,81 @@ def test_no_launcher_of_ours_hands_nothing() -> None:
 )
 def test_a_worker_takes_the_decision_only_when_its_facts_are_the_launchers(facts: dict[str, Any]) -> None:
     mine: dict[str, Any] = {"requested": "auto", "size": 2, "gpu": False, "backend": "tensorflow"}
-    assert handed.taken(CPU_RING, **mine) == dataclasses.replace(CPU_RING.decision, by="mldist run")
-    assert handed.taken(CPU_RING, **(mine | facts)) is None
+    taken = dataclasses.replace(CPU_RING.decision, by="mldist run")
+    assert engines.decide(_facts(CPU_RING, **mine)) == taken
+    assert engines.decide(_facts(CPU_RING, **(mine | facts))).by == ""
 
 
 def test_a_taken_decision_joins_no_mpi_world_it_does_not_need() -> None:
     probe = Probe(WORLD2)
-    got = handed.decide(CPU_RING, None, {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=probe)
+    facts = engines.gather(None, {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=probe, handed=CPU_RING)
+    got = engines.decide(facts)
     assert (got.name, got.reason, got.by, probe.calls) == ("ring", CPU_RING.decision.reason, "mldist run", 0)
-    own = engines.decide_with(None, {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=probe)
+    own = engines.decide(engines.gather(None, {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=probe))
     assert (own.name, own.by, probe.calls) == ("mpi", "", 1)  # deciding here would have joined it
 
 
 def test_the_mpi_engine_is_taken_in_the_world_the_launcher_formed_with_its_library() -> None:
     probe = Probe(WORLD2)
-    got = handed.decide(CPU_MPI, "auto", {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=probe)
+    facts = engines.gather("auto", {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=probe, handed=CPU_MPI)
+    got = engines.decide(facts)
     assert (got.name, got.library, got.by, probe.calls) == ("mpi", WORLD2.library, "mldist run", 1)
 
 
 def test_in_another_world_the_worker_decides_and_says_so() -> None:
     """srun with a PyPI MPI: each rank alone in its world; the worker's own answer, and rank 0's line."""
     probe = Probe(MpiWorld(0, 1, "Open MPI v5"))
-    got = handed.decide(CPU_MPI, "auto", {}, rank=1, size=2, launcher="slurm", gpu=False, mpi=probe)
+    facts = engines.gather("auto", {}, rank=1, size=2, launcher="slurm", gpu=False, mpi=probe, handed=CPU_MPI)
+    got = engines.decide(facts)
     assert (got.name, got.by, probe.calls) == ("ring", "", 1) and "sees rank 0 of 1" in got.reason
     line = engines.announcement(CPU_MPI.decision.name, got)
     assert line.startswith("the launcher chose the mpi engine but this worker can only use ring (")
     with pytest.raises(ConfigError, match="communication='mpi' cannot work here"):
         asked = Handed(CPU_MPI.decision, "mpi", gpu=False)
-        handed.decide(asked, "mpi", {}, rank=1, size=2, launcher="slurm", gpu=False, mpi=probe)
+        engines.decide(dataclasses.replace(facts, requested="mpi", handed=asked))
 
 
-def test_the_worker_reads_the_handed_decision_from_its_environment() -> None:
-    from mldist.runtime.worker import decide_here
+def test_the_worker_reads_the_handed_decision_from_its_environment_once() -> None:
+    """``init`` decodes ``MLDIST_DECISION`` once, into its settings; the decision and the announcement read it there."""
+    from mldist.runtime import worker
+    from mldist.runtime.context import STATE, Settings
 
     placement = Placement(rank=1, size=2, local_rank=1, local_size=2, launcher="tf_config")
     env = {"HOME": "/nonexistent", handed.HANDED: handed.encode(Handed(Decision("ring"), "ring", gpu=False))}
-    assert decide_here(placement, "ring", has_gpu=False, env=env) == Decision("ring", by="mldist run")
-    assert decide_here(placement, "ring", has_gpu=False, env={"HOME": "/nonexistent"}) == Decision("ring")
+    given = Settings.read(env).handed
+    assert given == Handed(Decision("ring"), "ring", gpu=False)
+    facts = worker.gather_here(placement, "ring", False, given, env={"HOME": "/nonexistent"})
+    assert engines.decide(facts) == Decision("ring", by="mldist run")
+    assert engines.decide(worker.gather_here(placement, "ring", False, None, env=env)) == Decision("ring")
+    old = STATE.settings
+    try:
+        STATE.settings = Settings.read(env)
+        assert worker._decision(placement, "ring", False, "tensorflow").by == "mldist run"
+    finally:
+        STATE.settings = old
+
+
+def test_init_decodes_the_decision_once() -> None:
+    """Counted in a real ``init`` of one rank of two, which takes the decision it was handed."""
+    code = (
+        "import mldist\n"
+        "from mldist.placement import handed\n"
+        "calls = []\n"
+        "real = handed.decode\n"
+        "def counted(text):\n"
+        "    calls.append(text)\n"
+        "    return real(text)\n"
+        "handed.decode = counted\n"
+        "from mldist.runtime import worker\n"
+        "worker._collectives = lambda tf, placement, decision: (None, ())\n"
+        "ctx = mldist.init()\n"
+        "print(len(calls), ctx.decision.by)\n"
+    )
+    sent = handed.encode(Handed(Decision("ring"), "ring", gpu=False))
+    env = clean_env(MLDIST_RANK="1", MLDIST_SIZE="2", MLDIST_COMMUNICATION="ring", MLDIST_DECISION=sent)
+    res = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "1 mldist run", res.stdout
 
 
 def test_provenance_says_who_decided_and_why() -> None:

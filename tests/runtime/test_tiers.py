@@ -15,7 +15,7 @@ import pytest
 from helpers import PY, ROOT, WORKERS, check, clean_env, mldist, results, start_service, stop_service, tail
 from mldist.errors import ConfigError
 from mldist.placement import Placement
-from mldist.placement.hierarchy import decide, requested, shape
+from mldist.placement.hierarchy import requested, shape, tiers
 
 SCRIPT = ROOT / "scripts" / "test-hosts.sh"
 TIERS = [PY, str(WORKERS / "tiers.py")]
@@ -37,7 +37,7 @@ SUMS_OF_4 = {"float32": 10.0, "bfloat16": 10.0, "int32": 10, "max": 3.0}
 def test_tiers_only_over_several_nodes_with_more_than_one_rank_on_one(
     setting: str, nodes: int, per_node: int, on: bool
 ) -> None:
-    assert decide(setting, nodes, per_node).on is on
+    assert tiers(setting, nodes, per_node).on is on
 
 
 def test_the_switch_mldist_first_then_horovods() -> None:

@@ -29,7 +29,9 @@ variables named in ``RECORDED_PREFIXES``.
 - ``conda``: ``shell.bash hook`` prints a ``conda`` shell function whose
   ``activate NAME`` exports ``STANDIN_CONDA_ENV=NAME``.
 - ``python3``: answers the environment record's three questions; ``-c "import mldist"``
-  fails when ``STANDIN_NO_MLDIST=1`` unless ``PYTHONPATH`` names the bound host mldist.
+  fails when ``STANDIN_NO_MLDIST=1`` unless ``PYTHONPATH`` names the bound host mldist;
+  ``-m mldist.launch.batch.decided`` runs the real one (this Python's mldist decides the
+  engine for the job's ranks), or fails silently like a python3 without mldist.
 - ``module``, ``scontrol``, ``qsub``, ``sbatch``: record only, exit 0.
 - ``argv-recorder``: the task. Prints its record to stdout (the rank log),
   then: with ``STANDIN_TRAP_USR1=1`` waits up to 20 s for SIGUSR1 and exits 75
@@ -365,6 +367,10 @@ def python3(args: list[str]) -> int:
     if args == ["-c", "import mldist"]:
         bound = "/opt/mldist-host" in os.environ.get("PYTHONPATH", "").split(":")
         return 1 if os.environ.get("STANDIN_NO_MLDIST") == "1" and not bound else 0
+    if args[:2] == ["-m", "mldist.launch.batch.decided"]:
+        if os.environ.get("STANDIN_NO_MLDIST") == "1":
+            return 1
+        os.execv(sys.executable, [sys.executable, *args])
     if args[:1] == ["-c"]:
         print("standin-python3 3.0")
     elif args[:2] == ["-m", "pip"]:

@@ -117,7 +117,7 @@ class RunConfig:
         env: what the workers get beyond the launcher's own environment (the launcher decides
             with it too: ``KERAS_BACKEND`` here chooses the workers' engine); the launcher's
             process environment is never changed.
-        decision: the engine decision (:func:`mldist.placement.engines.decide_with`): None as
+        decision: the engine decision (:func:`mldist.placement.engines.decide`): None as
             the CLI builds it, set by the launcher once it has decided, then read by every part.
         elastic: with ``hosts``, an elastic world (:class:`ElasticConfig`): a lost host re-forms the
             world on the others instead of ending the run; None for a fixed world.

@@ -274,7 +274,7 @@ def inherited(cfg: RunConfig) -> dict[str, str]:
 
 
 def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decision, type[Group]]:
-    """The engine, decided by :func:`mldist.placement.engines.decide_with` from what this host shows, and
+    """The engine, decided by :func:`mldist.placement.engines.decide` from what this host shows, and
     how the workers start: through mpiexec when they must form one MPI world, else directly.
 
     The workers get the whole decision (:mod:`mldist.placement.handed`) and take it where it fits them.
@@ -283,7 +283,7 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
         cfg: what to run.
         env: the workers' inherited environment (:func:`inherited`).
     """
-    decision = engines.decide_with(
+    facts = engines.gather(
         cfg.communication,
         env,
         rank=0,
@@ -292,6 +292,7 @@ def launch_plan(cfg: RunConfig, env: Mapping[str, str]) -> tuple[engines.Decisio
         gpu=engines.gpu_device_nodes(),
         mpi=lambda: _world_to_form(cfg.nprocs, env),
     )
+    decision = engines.decide(facts)
     if cfg.allocation is not None and cfg.allocation.scheduler in SRUN_STARTED:  # srun reaches the nodes itself
         return decision, GROUPS[cfg.allocation.scheduler]
     if cfg.hosts:  # mpiexec starts them whatever the engine: it is the only way onto the other hosts

@@ -1,24 +1,24 @@
 """Which collective engine a run uses: decided once, by one pure function.
 
 The launcher (``mldist run``), every worker (``mldist.init``), ``mldist env`` and
-``mldist doctor`` all decide through :func:`decide_with`, which gathers the facts
-:func:`decide` needs: the user's setting, the Keras backend, whether the worker sees
-a GPU, its placement and, only when it matters, the MPI world it joined (or why
-none). The result, a :class:`Decision` (engine, backend, why, MPI library), is what
-the launcher's ``RunConfig``, the run directory's ``config.json`` and the worker's
-context carry. The launcher hands its whole decision to the workers, with the facts it rests
-on (:mod:`mldist.placement.handed`); a worker takes it when those facts are its own too, and
-decides for itself only when no launcher of ours started it (a bare srun, mpirun or aprun) or
-its facts differ, saying so in one line (:func:`announcement`).
+``mldist doctor`` all decide through :func:`decide`, the one function that chooses the engine,
+from :class:`Facts` gathered once (:func:`gather`): the user's setting, the Keras backend,
+whether the worker sees a GPU, its placement, the launcher's decision when one was handed
+(:mod:`mldist.placement.handed` decodes it) and, only when it matters, the MPI world it
+joined (or why none). The result, a :class:`Decision` (engine, backend, why, MPI library), is
+what the launcher's ``RunConfig``, the run directory's ``config.json`` and the worker's
+context carry. A worker takes the launcher's decision when its facts are the launcher's too,
+and decides for itself only when no launcher of ours started it (a bare srun, mpirun or aprun)
+or its facts differ, saying so in one line (:func:`announcement`).
 
 Example:
-    >>> decide("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=MpiWorld(0, 2, "Open MPI v5"))
+    >>> decide(Facts("auto", rank=0, size=2, launcher="openmpi", gpu=False, mpi=MpiWorld(0, 2, "Open MPI v5")))
     Decision(name='mpi', reason='', backend='tensorflow', library='Open MPI v5', by='')
-    >>> decide("auto", rank=0, size=2, launcher="tf_config", gpu=False, mpi=None).name
+    >>> decide(Facts("auto", rank=0, size=2, launcher="tf_config", gpu=False)).name
     'ring'
-    >>> decide("auto", rank=0, size=1, launcher="none", gpu=False, mpi=None).name
+    >>> decide(Facts("auto", rank=0, size=1, launcher="none", gpu=False)).name
     'none'
-    >>> decide("auto", rank=0, size=2, launcher="slurm", gpu=False, mpi=None, backend="jax").name
+    >>> decide(Facts("auto", rank=0, size=2, launcher="slurm", gpu=False, backend="jax")).name
     'jax'
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..base import envvalues
 from ..errors import ConfigError
@@ -109,6 +109,51 @@ class Decision:
         return self.name == "mpi"
 
 
+#: Who decided, in a decision a worker took from ``mldist run`` (:attr:`Decision.by`).
+LAUNCHER = "mldist run"
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A launcher's decision as its workers get it (``MLDIST_DECISION``), with the facts it rests on.
+
+    Args:
+        decision: what the launcher decided.
+        asked: the setting it decided for (:func:`requested_engine`).
+        gpu: whether the launcher's host showed a GPU (:func:`gpu_device_nodes`).
+        by: who decided: "mldist run", or "mldist submit" for a job script's ranks.
+    """
+
+    decision: Decision
+    asked: str
+    gpu: bool
+    by: str = LAUNCHER
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one engine decision rests on, gathered once (:func:`gather`); :func:`decide` reads nothing else.
+
+    Args:
+        requested: the user's setting, checked (:func:`requested_engine`).
+        rank, size, launcher: the placement.
+        gpu: whether the worker sees a GPU.
+        mpi: the MPI world (joined, or to be formed by the launcher), a reason there is none, or None
+            when none was asked for (no MPI launcher, or the decision does not depend on it).
+        backend: the Keras backend.
+        handed: the launcher's decision, or None where no launcher of ours decided.
+    """
+
+    requested: str
+    rank: int
+    size: int
+    launcher: str
+    gpu: bool
+    mpi: MpiWorld | str | None = None
+    backend: str = keras_backends.DEFAULT
+    handed: Handed | None = None
+
+
 def requested_engine(value: str | None, env: Mapping[str, str]) -> str:
     """The user's setting: ``value``, else ``MLDIST_COMMUNICATION``, else "auto"; checked.
 
@@ -156,18 +201,41 @@ def needs_mpi_probe(requested: str, size: int, gpu: bool, backend: str = keras_b
     return size > 1 and (requested == "mpi" or (requested == "auto" and not gpu))
 
 
-def decide(
-    requested: str,
-    *,
-    rank: int,
-    size: int,
-    launcher: str,
-    gpu: bool,
-    mpi: MpiWorld | str | None,
-    backend: str = keras_backends.DEFAULT,
-) -> Decision:
-    """The engine for ``requested`` ("auto", "mpi", "ring" or "nccl") on this placement.
+def _fits(handed: Handed, facts: Facts) -> bool:
+    """Whether the facts ``handed`` rests on are this process's too: setting, GPU, backend, one process or many.
 
+    A fact only the worker sees can differ: its GPU (``CUDA_VISIBLE_DEVICES``, another host's), the
+    setting (``mldist.init(communication=...)``) or the backend (Keras imported first).
+    """
+    d = handed.decision
+    return (handed.asked, handed.gpu, d.backend, d.name == "none") == (
+        facts.requested,
+        facts.gpu,
+        facts.backend,
+        facts.size == 1,
+    )
+
+
+def _taken(facts: Facts) -> Decision | None:
+    """The launcher's decision as this process's, when it fits :func:`_fits` (the MPI engine's: in the
+    world the launcher formed, with its library); else None."""
+    handed = facts.handed
+    if handed is None or not _fits(handed, facts):
+        return None
+    mine = replace(handed.decision, by=handed.by)
+    if not mine.mpi_world:
+        return mine
+    world = facts.mpi
+    if isinstance(world, MpiWorld) and not mpi_problem(facts.rank, facts.size, facts.launcher, world):
+        return replace(mine, library=world.library)
+    return None
+
+
+def decide(facts: Facts) -> Decision:
+    """The engine for these facts: the one function that chooses it (launcher, workers, ``mldist env``, doctor).
+
+    A launcher's decision (``facts.handed``) is taken when it fits the facts (and, for the MPI
+    engine, the world joined is the one the launcher formed); else the engine is chosen here.
     On the JAX backend the engine is always "jax" (JAX's distributed runtime: Gloo on CPUs,
     NCCL on GPUs): the gradients are averaged inside Keras's compiled step, where no other
     engine can reach.
@@ -177,26 +245,22 @@ def decide(
     fallback where NCCL stalls); it needs a matching world like on CPUs.
 
     Args:
-        requested: the user's setting (see :func:`requested_engine`).
-        rank, size, launcher: this process's placement.
-        gpu: whether the worker sees a GPU.
-        mpi: the MPI world (joined, or to be formed by the launcher), a reason there is none,
-            or None when no MPI launcher started this process.
-        backend: the Keras backend (:func:`mldist.placement.backend.keras_backend`).
+        facts: what the decision rests on, gathered once (:func:`gather`).
 
     Example:
-        >>> decide("mpi", rank=0, size=2, launcher="mldist", gpu=True, mpi=MpiWorld(0, 2, "x")).reason[:11]
+        >>> decide(Facts("mpi", rank=0, size=2, launcher="mldist", gpu=True, mpi=MpiWorld(0, 2, "x"))).reason[:11]
         'host-staged'
     """
-    name, reason = _engine(requested, rank=rank, size=size, launcher=launcher, gpu=gpu, mpi=mpi, backend=backend)
-    library = mpi.library if name == "mpi" and isinstance(mpi, MpiWorld) else ""
-    return Decision(name, reason, backend, library)
+    if (mine := _taken(facts)) is not None:
+        return mine
+    name, reason = _engine(facts)
+    library = facts.mpi.library if name == "mpi" and isinstance(facts.mpi, MpiWorld) else ""
+    return Decision(name, reason, facts.backend, library)
 
 
-def _engine(
-    requested: str, *, rank: int, size: int, launcher: str, gpu: bool, mpi: MpiWorld | str | None, backend: str
-) -> tuple[str, str]:
-    """:func:`decide`'s engine and reason."""
+def _engine(facts: Facts) -> tuple[str, str]:
+    """:func:`decide`'s engine and reason when it decides here."""
+    requested, size, gpu, backend = facts.requested, facts.size, facts.gpu, facts.backend
     if requested not in COMMUNICATIONS:
         raise ConfigError(f"communication={requested!r} is not one of {', '.join(COMMUNICATIONS)}")
     if size == 1:
@@ -205,7 +269,7 @@ def _engine(
         return "jax", f"communication={requested!r} does not apply to KERAS_BACKEND=jax" if requested != "auto" else ""
     if requested == "nccl" and not gpu:
         raise ConfigError("communication='nccl' needs a GPU on every worker; use 'mpi' or 'ring' on CPUs")
-    problem = mpi_problem(rank, size, launcher, mpi) if needs_mpi_probe(requested, size, gpu) else ""
+    problem = mpi_problem(facts.rank, size, facts.launcher, facts.mpi) if needs_mpi_probe(requested, size, gpu) else ""
     if requested == "mpi" and problem:
         raise ConfigError(f"communication='mpi' cannot work here: {problem}; or use communication='ring'")
     if requested == "mpi" and gpu:
@@ -217,7 +281,7 @@ def _engine(
     return ("ring", problem) if problem else ("mpi", "")
 
 
-def decide_with(
+def gather(
     requested: str | None,
     env: Mapping[str, str],
     *,
@@ -227,8 +291,9 @@ def decide_with(
     gpu: bool,
     mpi: Callable[[], MpiWorld | str | None],
     loaded_backend: str | None = None,
-) -> Decision:
-    """Gather the facts :func:`decide` needs, once, and decide: the one way every caller decides.
+    handed: Handed | None = None,
+) -> Facts:
+    """Gather the facts :func:`decide` needs, once: the setting, the backend, and the MPI world only when it matters.
 
     Args:
         requested: the user's setting, or None for ``MLDIST_COMMUNICATION`` (see :func:`requested_engine`).
@@ -236,17 +301,21 @@ def decide_with(
         rank, size, launcher: the placement (the launcher's: rank 0 of the workers it starts).
         gpu: whether the worker sees a GPU.
         mpi: how to learn the MPI world (a worker joins it; the launcher looks for mpiexec);
-            called only when the decision depends on it (:func:`needs_mpi_probe`).
+            called only when the decision depends on it (:func:`needs_mpi_probe`, or a handed MPI engine).
         loaded_backend: ``keras.config.backend()`` when Keras is already imported (it wins over ``env``).
+        handed: the launcher's decision (:func:`mldist.placement.handed.handed_in`), or None.
 
     Example:
-        >>> decide_with(None, {"KERAS_BACKEND": "jax"}, rank=0, size=2, launcher="mldist", gpu=False, mpi=lambda: None)
+        >>> facts = gather(None, {"KERAS_BACKEND": "jax"}, rank=0, size=2, launcher="mldist", gpu=False, mpi=str)
+        >>> decide(facts)
         Decision(name='jax', reason='', backend='jax', library='', by='')
     """
     comm = requested_engine(requested, env)
     keras = keras_backends.keras_backend(env, keras_backends.read_config(env), loaded=loaded_backend)
-    world = mpi() if needs_mpi_probe(comm, size, gpu, keras) else None
-    return decide(comm, rank=rank, size=size, launcher=launcher, gpu=gpu, mpi=world, backend=keras)
+    facts = Facts(comm, rank=rank, size=size, launcher=launcher, gpu=gpu, backend=keras, handed=handed)
+    fits = handed is not None and _fits(handed, facts)
+    wanted = handed.decision.mpi_world if handed is not None and fits else needs_mpi_probe(comm, size, gpu, keras)
+    return replace(facts, mpi=mpi()) if wanted else facts
 
 
 def announcement(decided: str | None, mine: Decision) -> str:

@@ -1,36 +1,40 @@
 """The launcher's engine decision as its workers get it: whole, with the facts it rests on.
 
-``mldist run`` decides the engine once (:func:`mldist.placement.engines.decide_with`) and hands
+``mldist run`` decides the engine once (:func:`mldist.placement.engines.decide`) and hands
 the whole :class:`~mldist.placement.engines.Decision` to its workers in one variable
 (:data:`HANDED`, one line of JSON: :func:`encode`, :func:`decode`), with what it was asked and
-whether its host showed a GPU. A worker takes it (:func:`decide`) when those facts are its own too;
-it decides for itself only when no launcher of ours started it (a bare srun, mpirun or aprun), or
-a fact only it sees differs (the GPU, ``mldist.init(communication=...)``, Keras imported on another
-backend, an MPI world other than the one the launcher formed). ``mldist env`` says which
-(:func:`provenance`).
+whether its host showed a GPU; a job script of ``mldist submit`` does the same once, on the
+job's first node, before it starts the ranks (:func:`for_job`). A worker decodes it once
+(:func:`handed_in`) and takes it (:func:`~mldist.placement.engines.decide`) when those facts are
+its own too; it decides for itself only when no launcher of ours started it (a bare srun, mpirun
+or aprun), or a fact only it sees differs (the GPU, ``mldist.init(communication=...)``, Keras
+imported on another backend, an MPI world other than the one the launcher formed). ``mldist env``
+says which (:func:`provenance`).
 
 Example:
     >>> ring = Handed(Decision("ring", "mpi4py is not installed"), "auto", gpu=False)
-    >>> decide(decode(encode(ring)), None, {}, rank=1, size=2, launcher="mldist", gpu=False, mpi=lambda: None)
+    >>> facts = engines.Facts("auto", rank=1, size=2, launcher="mldist", gpu=False, handed=decode(encode(ring)))
+    >>> engines.decide(facts)
     Decision(name='ring', reason='mpi4py is not installed', backend='tensorflow', library='', by='mldist run')
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
 
 from ..base import envvalues
 from ..errors import ConfigError
 from . import backend as keras_backends
 from . import engines
-from .engines import COMMUNICATIONS, Decision, MpiWorld
+from .engines import COMMUNICATIONS, LAUNCHER, Decision, Handed, MpiWorld
 
 #: The variable in which the launcher hands its whole decision to the workers (:func:`encode`).
 HANDED = envvalues.DECISION.name
-#: Who decided, in a decision a worker took from its launcher (:attr:`Decision.by`).
-LAUNCHER = "mldist run"
+#: Who decided, in a decision the ranks of a job script of ``mldist submit`` took (:attr:`Decision.by`).
+SUBMIT = "mldist submit"
+#: Who may have decided a handed decision (:attr:`Handed.by`).
+DECIDERS = (LAUNCHER, SUBMIT)
 #: The engines a decision names ("none": one process).
 ENGINES = ("none", "mpi", "ring", "nccl", "jax")
 #: Why an engine was chosen when its decision gives no reason (it is the obvious one): for ``mldist env``.
@@ -41,21 +45,6 @@ OBVIOUS = {
     "ring": "asked for 'ring'",
     "jax": "KERAS_BACKEND=jax: JAX's runtime averages inside the step",
 }
-
-
-@dataclass(frozen=True)
-class Handed:
-    """The launcher's decision as its workers get it (:data:`HANDED`), with the facts it rests on.
-
-    Args:
-        decision: what the launcher decided.
-        asked: the setting it decided for (:func:`~mldist.placement.engines.requested_engine`).
-        gpu: whether the launcher's host showed a GPU (:func:`~mldist.placement.engines.gpu_device_nodes`).
-    """
-
-    decision: Decision
-    asked: str
-    gpu: bool
 
 
 def encode(handed: Handed) -> str:
@@ -70,7 +59,8 @@ def encode(handed: Handed) -> str:
     """
     d = handed.decision
     fields = {"engine": d.name, "reason": d.reason, "backend": d.backend, "library": d.library}
-    return json.dumps({**fields, "asked": handed.asked, "gpu": handed.gpu}, sort_keys=True, separators=(",", ":"))
+    by = {"by": handed.by} if handed.by != LAUNCHER else {}  # mldist run's decisions read as before
+    return json.dumps({**fields, "asked": handed.asked, "gpu": handed.gpu, **by}, sort_keys=True, separators=(",", ":"))
 
 
 def sent(decision: Decision, asked: str) -> str:
@@ -82,6 +72,31 @@ def sent(decision: Decision, asked: str) -> str:
         'ring'
     """
     return encode(Handed(decision, asked, engines.gpu_device_nodes()))
+
+
+def for_job(env: Mapping[str, str], size: int, launcher: str, *, gpu: bool, mpi4py: bool) -> str:
+    """What a job script of ``mldist submit`` hands its ranks (:data:`HANDED`'s value): the decision for
+    ``size`` ranks that ``launcher`` starts, from the facts of the node the script runs on.
+
+    The script computes it once, on the job's first node, after its modules, environment and container
+    are in place: there the GPU, the mpi4py and the Keras backend are the ranks' (a login node's are
+    not). The MPI world is the one ``launcher`` will form; each rank checks it once joined.
+
+    Args:
+        env: the job's environment (``MLDIST_COMMUNICATION``, ``KERAS_BACKEND``).
+        size: the job's ranks.
+        launcher: what starts them (srun, mpiexec, aprun, ...).
+        gpu: whether this node shows a GPU (:func:`~mldist.placement.engines.gpu_device_nodes`).
+        mpi4py: whether mpi4py is installed.
+
+    Example:
+        >>> got = decode(for_job({"HOME": "/nonexistent"}, 8, "srun", gpu=False, mpi4py=True))
+        >>> got.decision.name, got.by
+        ('mpi', 'mldist submit')
+    """
+    world = MpiWorld(0, size, launcher) if mpi4py else "mpi4py is not installed (pip install 'mldist[cpu]')"
+    facts = engines.gather(None, env, rank=0, size=size, launcher=launcher, gpu=gpu, mpi=lambda: world)
+    return encode(Handed(engines.decide(facts), facts.requested, gpu, by=SUBMIT))
 
 
 def decode(text: str) -> Handed:
@@ -96,7 +111,7 @@ def decode(text: str) -> Handed:
     try:
         got = json.loads(text)
         decision = Decision(got["engine"], got["reason"], got["backend"], got["library"])
-        decoded: Handed | None = Handed(decision, got["asked"], got["gpu"])
+        decoded: Handed | None = Handed(decision, got["asked"], got["gpu"], got.get("by", LAUNCHER))
     except (ValueError, KeyError, TypeError):
         decoded = None
     if decoded is None or not _well_formed(decoded):
@@ -109,7 +124,8 @@ def decode(text: str) -> Handed:
 def _well_formed(given: Handed) -> bool:
     d = given.decision
     known = d.name in ENGINES and d.backend in keras_backends.SUPPORTED and given.asked in COMMUNICATIONS
-    return known and isinstance(d.reason, str) and isinstance(d.library, str) and isinstance(given.gpu, bool)
+    typed = isinstance(d.reason, str) and isinstance(d.library, str) and isinstance(given.gpu, bool)
+    return known and typed and given.by in DECIDERS
 
 
 def handed_in(env: Mapping[str, str]) -> Handed | None:
@@ -124,72 +140,13 @@ def handed_in(env: Mapping[str, str]) -> Handed | None:
     return decode(text) if text.strip() else None
 
 
-def taken(handed: Handed, *, requested: str, size: int, gpu: bool, backend: str) -> Decision | None:
-    """The launcher's decision as this worker's, when the facts it rests on are this worker's too; else None.
-
-    A fact only the worker sees can differ: its GPU (``CUDA_VISIBLE_DEVICES``, another host's), the
-    setting (``mldist.init(communication=...)``) or the backend (Keras imported first). The MPI
-    engine's world is checked once joined (:func:`decide`).
-
-    Example:
-        >>> nccl = Handed(Decision("nccl"), "auto", gpu=True)
-        >>> taken(nccl, requested="auto", size=2, gpu=True, backend="tensorflow").by
-        'mldist run'
-        >>> taken(nccl, requested="auto", size=2, gpu=False, backend="tensorflow") is None
-        True
-    """
-    d = handed.decision
-    if (handed.asked, handed.gpu, d.backend, d.name == "none") != (requested, gpu, backend, size == 1):
-        return None
-    return replace(d, by=LAUNCHER)
-
-
-def decide(
-    handed: Handed | None,
-    requested: str | None,
-    env: Mapping[str, str],
-    *,
-    rank: int,
-    size: int,
-    launcher: str,
-    gpu: bool,
-    mpi: Callable[[], MpiWorld | str | None],
-    loaded_backend: str | None = None,
-) -> Decision:
-    """A worker's decision: the launcher's (``handed``) when it fits (:func:`taken`; the MPI engine's
-    world once joined), else the worker's own (:func:`~mldist.placement.engines.decide_with`).
-
-    Args:
-        handed: the launcher's decision (:func:`handed_in`), or None.
-        requested, env, rank, size, launcher, gpu, mpi, loaded_backend: as for ``decide_with``.
-
-    Example:
-        >>> mpi = Handed(Decision("mpi", library="mpiexec /usr/bin/mpiexec"), "auto", gpu=False)
-        >>> world = MpiWorld(1, 2, "Open MPI v5")
-        >>> decide(mpi, None, {}, rank=1, size=2, launcher="openmpi", gpu=False, mpi=lambda: world).library
-        'Open MPI v5'
-    """
-    comm = engines.requested_engine(requested, env)
-    keras = keras_backends.keras_backend(env, keras_backends.read_config(env), loaded=loaded_backend)
-    mine = taken(handed, requested=comm, size=size, gpu=gpu, backend=keras) if handed is not None else None
-    if mine is None:
-        return engines.decide_with(
-            comm, env, rank=rank, size=size, launcher=launcher, gpu=gpu, mpi=mpi, loaded_backend=keras
-        )
-    if not mine.mpi_world:
-        return mine
-    world = mpi()  # the MPI engine joins it anyway: it must be the world the launcher formed
-    if isinstance(world, MpiWorld) and not engines.mpi_problem(rank, size, launcher, world):
-        return replace(mine, library=world.library)
-    return engines.decide(comm, rank=rank, size=size, launcher=launcher, gpu=gpu, mpi=world, backend=keras)
-
-
-def provenance(decision: Decision, handed: bool) -> str:
+def provenance(decision: Decision, handed: bool, by: str = LAUNCHER) -> str:
     """Who decided ``decision`` and why, in one line (``mldist env``).
 
     Args:
         decision: the worker's decision.
         handed: whether a launcher of ours handed it one (taken or not).
+        by: who decided the handed one (:attr:`Handed.by`).
 
     Example:
         >>> provenance(Decision("mpi", by="mldist run"), handed=True)
@@ -200,4 +157,4 @@ def provenance(decision: Decision, handed: bool) -> str:
     why = decision.reason or OBVIOUS.get(decision.name, "")
     if decision.by:
         return f"decided by {decision.by}: {why}"
-    return f"decided here: {why} ({'its facts differ from those of mldist run' if handed else 'no mldist launcher'})"
+    return f"decided here: {why} ({f'its facts differ from those of {by}' if handed else 'no mldist launcher'})"

@@ -11,9 +11,9 @@ The switch: ``MLDIST_HIERARCHICAL`` (``auto``, the default; ``1`` on where it ap
 else Horovod's ``HOROVOD_HIERARCHICAL_ALLREDUCE`` (``1``/``0``), else ``auto``.
 
 Example:
-    >>> decide("auto", nodes=2, per_node=2).on, decide("auto", nodes=1, per_node=4).on
+    >>> tiers("auto", nodes=2, per_node=2).on, tiers("auto", nodes=1, per_node=4).on
     (True, False)
-    >>> decide("off", nodes=8, per_node=4).reason
+    >>> tiers("off", nodes=8, per_node=4).reason
     'turned off (MLDIST_HIERARCHICAL=0 or HOROVOD_HIERARCHICAL_ALLREDUCE=0)'
 """
 
@@ -52,7 +52,7 @@ class Hierarchy:
         """One line for ``mldist env``.
 
         Example:
-            >>> decide("auto", 2, 2).said
+            >>> tiers("auto", 2, 2).said
             'hierarchical (2 nodes x up to 2 ranks: reduce on the node, all-reduce among 2 node leaders, broadcast)'
         """
         return f"{'hierarchical' if self.on else 'flat'} ({self.reason})"
@@ -76,14 +76,14 @@ def requested(env: Mapping[str, str]) -> str:
     return "on" if said else "off"
 
 
-def decide(setting: str, nodes: int, per_node: int) -> Hierarchy:
+def tiers(setting: str, nodes: int, per_node: int) -> Hierarchy:
     """The all-reduce for ``nodes`` nodes of up to ``per_node`` ranks under ``setting`` ("auto", "on", "off").
 
     "on" and "auto" agree: hierarchy is on exactly where it can help (several nodes, more than one
     rank on some node); "on" only says so explicitly.
 
     Example:
-        >>> decide("on", nodes=4, per_node=1).reason
+        >>> tiers("on", nodes=4, per_node=1).reason
         'one rank per node: the flat all-reduce already crosses the network once per node'
     """
     if nodes <= 1:

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..base import envvalues
 from ..errors import RuntimeStateError
-from ..placement.engines import Decision
+from ..placement.engines import Decision, Handed
+from ..placement.handed import handed_in
 from ..placement.resources import ThreadPlan
 
 
@@ -30,20 +31,23 @@ class Settings:
         collective_timeout: seconds a collective may take before the watch ends the job (0: no watch).
         run_dir: the run directory, or None.
         restart: how many times the group was started again before this start.
+        handed: the launcher's engine decision (``MLDIST_DECISION``, decoded here once), or None.
 
     Example:
         >>> Settings.read({"MLDIST_COLLECTIVE_TIMEOUT": "20", "MLDIST_RESTART": "1"})
-        Settings(collective_timeout=20.0, run_dir=None, restart=1)
+        Settings(collective_timeout=20.0, run_dir=None, restart=1, handed=None)
     """
 
     collective_timeout: float
     run_dir: str | None
     restart: int
+    handed: Handed | None = None
 
     @classmethod
     def read(cls, env: Mapping[str, str]) -> Settings:
         """From ``env``, through the table (:mod:`mldist.base.envvalues`); a bad value is a ConfigError."""
-        return cls(envvalues.COLLECTIVE_TIMEOUT.read(env), envvalues.RUN_DIR.read(env), envvalues.RESTART.read(env))
+        timeout, run_dir = envvalues.COLLECTIVE_TIMEOUT.read(env), envvalues.RUN_DIR.read(env)
+        return cls(timeout, run_dir, envvalues.RESTART.read(env), handed_in(env))
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Context:
         workers: ``host:port`` of every rank (empty with one worker).
         threads: the thread plan applied.
         gpu: index of the pinned GPU among those visible, or None.
-        decision: the engine decision (:func:`mldist.placement.engines.decide_with`): engine,
+        decision: the engine decision (:func:`mldist.placement.engines.decide`): engine,
             Keras backend, why, and the MPI library; ``communication``, ``backend`` and
             ``mpi_library`` read it.
         settings: the contract's values this worker runs with (timeout, run directory, restart count).

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..placement.hierarchy import Hierarchy, decide, requested
+from ..placement.hierarchy import Hierarchy, requested, tiers
 from . import mpi_join, mpi_wait, stall
 from .leave import TOGETHER, ending_code
 from .mpi_exit import Departures
@@ -89,7 +89,7 @@ def arrange(setting: str) -> Hierarchy:
     comm.Allreduce(MPI.IN_PLACE, nodes, MPI.SUM)  # one leader per node
     biggest = np.array([node.Get_size()], np.int64)
     comm.Allreduce(MPI.IN_PLACE, biggest, MPI.MAX)
-    World.hierarchy = decide(setting, int(nodes[0]), int(biggest[0]))
+    World.hierarchy = tiers(setting, int(nodes[0]), int(biggest[0]))
     if World.hierarchy.on:
         leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
         World.node, World.leaders = node, (None if leaders == MPI.COMM_NULL else leaders)

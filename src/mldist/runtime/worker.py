@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from ..base import envvalues
 from ..errors import ConfigError, MldistError, UnsupportedError
-from ..placement import Placement, backend, build_cluster_spec, detect, engines, handed
+from ..placement import Placement, backend, build_cluster_spec, detect, engines
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import (
     ThreadPlan,
@@ -56,28 +56,28 @@ def _say(message: str, rank: int) -> None:
         print(f"mldist: {message}", file=sys.stderr, flush=True)
 
 
-def decide_here(
+def gather_here(
     placement: Placement,
     requested: str | None,
     has_gpu: bool,
+    given: engines.Handed | None,
     env: Mapping[str, str] = os.environ,
     keras: str | None = None,
-) -> engines.Decision:
-    """This worker's decision, as a worker gathers its facts: its launcher's when ``env`` hands one that
-    fits them, else its own (:func:`mldist.placement.handed.decide`).
+) -> engines.Facts:
+    """The facts of this worker's decision (:func:`mldist.placement.engines.decide`), gathered once.
 
     Joins the MPI world first when the decision needs it (see ``needs_mpi_probe``). ``init``,
-    ``mldist env`` and ``mldist doctor`` all decide through here.
+    ``mldist env`` and ``mldist doctor`` all gather through here.
 
     Args:
         placement: this worker's place in the job.
         requested: the user's engine setting, or None for ``MLDIST_COMMUNICATION``.
         has_gpu: whether the worker sees a GPU.
+        given: the launcher's decision (:func:`mldist.placement.handed.handed_in`, decoded once), or None.
         env: the environment.
         keras: the Keras backend when Keras is already imported (it wins), else None (from ``env``).
     """
-    return handed.decide(
-        handed.handed_in(env),
+    return engines.gather(
         requested,
         env,
         rank=placement.rank,
@@ -86,7 +86,14 @@ def decide_here(
         gpu=has_gpu,
         mpi=lambda: engine.probe_mpi(env),
         loaded_backend=keras,
+        handed=given,
     )
+
+
+def _decision(placement: Placement, comm: str, has_gpu: bool, keras: str) -> engines.Decision:
+    """``init``'s decision, with the launcher's as ``init`` decoded it (:attr:`Settings.handed`)."""
+    given = STATE.settings.handed if STATE.settings is not None else None
+    return engines.decide(gather_here(placement, comm, has_gpu, given, keras=keras))
 
 
 def _collectives(tf: Any, placement: Placement, decision: engines.Decision) -> tuple[Any, tuple[str, ...]]:
@@ -96,7 +103,7 @@ def _collectives(tf: Any, placement: Placement, decision: engines.Decision) -> t
     """
     if placement.size == 1:
         return None, ()
-    sent = handed.handed_in(os.environ)
+    sent = STATE.settings.handed if STATE.settings is not None else None
     if line := engines.announcement(sent.decision.name if sent is not None else None, decision):
         _say(line, placement.rank)
     eng = engine.get(decision.name)
@@ -115,8 +122,9 @@ def _check_soft_placement(value: object) -> bool | None:
     raise ConfigError(f"allow_soft_placement={value!r}: give True, False or None (leave TensorFlow's default)")
 
 
-def _refuse_bad_values(env: Mapping[str, str]) -> None:
-    """End this worker with one line and exit 2 if a value of :data:`~mldist.base.envvalues.WORKER_SETTINGS` is bad.
+def _refuse_bad_values(env: Mapping[str, str]) -> Settings:
+    """The contract's values, read once; end this worker with one line and exit 2 if a value of
+    :data:`~mldist.base.envvalues.WORKER_SETTINGS` (or the launcher's decision) is bad.
 
     ``mldist run`` refuses such a value before it starts any worker; this is for workers started
     some other way (a bare ``mpirun`` or ``srun``). Rank 0 says its line at once. No group exists
@@ -126,7 +134,7 @@ def _refuse_bad_values(env: Mapping[str, str]) -> None:
     """
     try:
         envvalues.check(env)
-        handed.handed_in(env)  # the launcher's decision, should a worker's environment have mangled it
+        return Settings.read(env)  # with the launcher's decision, should a worker's environment have mangled it
     except ConfigError as exc:
         where: int | None = None
         with contextlib.suppress(MldistError):  # the rank, if the launcher's variables give one of 2+
@@ -171,8 +179,8 @@ def init(
         return STATE.ctx
     comm = engines.requested_engine(communication, os.environ)
     soft = _check_soft_placement(allow_soft_placement)
-    _refuse_bad_values(os.environ)  # a bad MLDIST_* value stops here, before any side effect
-    STATE.settings = Settings.read(os.environ)  # read once: the runtime takes them from here
+    # A bad MLDIST_* value stops here, before any side effect; read once: the runtime takes them from here.
+    STATE.settings = _refuse_bad_values(os.environ)
     patches.one_line_errors()
     keras = backend.check_supported(_keras_backend())
     leave.remember_stderr()
@@ -220,7 +228,7 @@ def _start_tensorflow(placement: Placement, comm: str, plan: ThreadPlan, soft: b
     tf_start.apply_threads(tf, plan, soft)
     gpu = tf_start.pin_gpu(tf, placement)
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    decision = decide_here(placement, comm, has_gpu, keras="tensorflow")
+    decision = _decision(placement, comm, has_gpu, "tensorflow")
     STATE.strategy, workers = _collectives(tf, placement, decision)
     return gpu, decision, workers
 
@@ -234,7 +242,7 @@ def _start_tensorflow_if_used(placement: Placement, comm: str, plan: ThreadPlan,
     """
     if tf_start.uses_tensorflow(sys.modules, os.environ):
         return _start_tensorflow(placement, comm, plan, soft)
-    decision = decide_here(placement, comm, False, keras="tensorflow")
+    decision = _decision(placement, comm, False, "tensorflow")
     if placement.size > 1 and engine.get(decision.name).host is None:
         return _start_tensorflow(placement, comm, plan, soft)
     tf_start.later(plan, soft)
@@ -254,7 +262,7 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
 
     eng = cast(JaxEngine, engine.get("jax"))
     gpu = eng.prepare(placement, plan, os.environ)
-    decision = decide_here(placement, comm, gpu is not None, keras="jax")
+    decision = _decision(placement, comm, gpu is not None, "jax")
     _, workers = _collectives(None, placement, decision)
     if placement.size == 1:
         set_data_parallel(1)

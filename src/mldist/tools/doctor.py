@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..errors import MldistError
-from ..placement import build_cluster_spec, detect, no_discovery
+from ..placement import build_cluster_spec, detect, engines, handed, no_discovery
 from ..placement.engines import gpu_device_nodes, requested_engine
 
 STATUSES = ("ok", "warn", "fail")
@@ -92,13 +92,14 @@ def check_mpi(env: Mapping[str, str]) -> Check:
             "mpi4py is not installed: CPU workers fall back to TensorFlow's RING engine",
             "pip install 'mldist[cpu]' (or build mpi4py against the site's MPI)",
         )
-    from ..runtime.worker import decide_here
+    from ..runtime.worker import gather_here
 
     try:
         placement = detect(env)
         if placement.size == 1:
             return Check("MPI engine", "ok", "mpi4py is importable (one process here: no collectives)")
-        decision = decide_here(placement, requested_engine(None, env), gpu_device_nodes(), env)
+        given = handed.handed_in(env)
+        decision = engines.decide(gather_here(placement, requested_engine(None, env), gpu_device_nodes(), given, env))
     except MldistError as exc:
         return Check("MPI engine", "fail", str(exc), "fix the MPI installation, or set MLDIST_COMMUNICATION=ring")
     if decision.fallback:

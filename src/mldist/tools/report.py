@@ -31,11 +31,11 @@ from ..base.procs import STARTUP_NOISE
 from ..base.secrets import redact
 from ..errors import ConfigError, MldistError
 from ..placement import Placement, backend, build_cluster_spec, detect, handed, hierarchy
-from ..placement.engines import requested_engine
+from ..placement.engines import LAUNCHER, Handed, decide, requested_engine
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, thread_plan
 from ..runtime.engine import mpi_allgather_hosts
-from ..runtime.worker import decide_here
+from ..runtime.worker import gather_here
 
 #: Variables worth showing when set, by whole name. TensorFlow's are named one by one: a ``TF_``
 #: prefix would also take Terraform's (TF_CLI_CONFIG_FILE, TF_VAR_*, TF_LOG).
@@ -191,21 +191,22 @@ def build_report(env: Mapping[str, str], with_tensorflow: bool = True) -> dict[s
     if refused := backend.refusal(env):  # what mldist run would say of it
         report["keras_backend_refused"] = refused
         errors.append(refused)
-    if "placement" in report:
-        report["engine"] = _engine(env, placement, bool(report.get("gpus")))
     try:
-        handed.handed_in(env)
+        given = handed.handed_in(env)  # decoded once: the engine's lines below take it from here
         mangled = []
     except ConfigError as exc:  # init() refuses a launcher's decision it cannot read
-        mangled = [str(exc)]
+        given, mangled = None, [str(exc)]
+    if "placement" in report:
+        report["engine"] = _engine(env, placement, bool(report.get("gpus")), given)
     report["refused"] = [*envvalues.problems(env), *mangled, *([refused] if refused else [])]
     report["errors"] = errors + [line for line in report["refused"] if line not in errors]
     return report
 
 
-def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict[str, str]:
+def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool, given: Handed | None = None) -> dict[str, str]:
     """The engine ``init`` would choose (the same function decides), the MPI library behind it, why,
-    and who decided: the launcher that handed its decision (``mldist run``), or this process.
+    and who decided: the launcher that handed its decision (``given``: ``mldist run``, or the job script
+    of ``mldist submit``), or this process.
 
     MPI is joined only where ``init`` would join it (2+ ranks under an MPI launcher).
     """
@@ -216,9 +217,9 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict
         out["requested"] = requested_engine(None, env)
         if placement.size == 1:
             return out
-        decision = decide_here(placement, out["requested"], has_gpu, env)
+        decision = decide(gather_here(placement, out["requested"], has_gpu, given, env))
         out |= {"choice": decision.name, "reason": decision.reason, "mpi_library": decision.library}
-        out["decided"] = handed.provenance(decision, handed.handed_in(env) is not None)
+        out["decided"] = handed.provenance(decision, given is not None, given.by if given else LAUNCHER)
         out |= {"allreduce": _tiers(env, placement)} if decision.mpi_world else {}
     except MldistError as exc:
         out |= {"choice": "error", "reason": str(exc)}
@@ -228,7 +229,7 @@ def _engine(env: Mapping[str, str], placement: Placement, has_gpu: bool) -> dict
 def _tiers(env: Mapping[str, str], placement: Placement) -> str:
     """The MPI engine's all-reduce on this placement: flat, or hierarchical over nodes (the engine asks MPI)."""
     try:
-        return hierarchy.decide(hierarchy.requested(env), *hierarchy.shape(placement)).said
+        return hierarchy.tiers(hierarchy.requested(env), *hierarchy.shape(placement)).said
     except ConfigError as exc:
         return f"error: {exc}"
 

@@ -62,6 +62,8 @@ ENV_PYTHON_CALLS = [
     ["-m", "mldist", "env", "--json", "--no-tensorflow"],
 ]
 HOOK_CALL = ["-c", "from mldist.base.joined import hook_folder; print(hook_folder())"]
+#: The job's engine decision, made once before the ranks start (then the ranks' count and launcher).
+DECIDED_CALL = ["-m", "mldist.launch.batch.decided"]
 
 
 # -- stand-ins and running scripts ------------------------------------------------------------------
@@ -433,6 +435,9 @@ def check_job_ran(job: Job, launch: list[str], container: list[str], command: tu
     probe = ["-c", "import mldist"]  # does the container have mldist? (only with a container)
     calls = [a for a in job.argvs("python3") if a != probe]
     assert calls[: len(ENV_PYTHON_CALLS)] == ENV_PYTHON_CALLS
+    decided = [*DECIDED_CALL, str(s.total_tasks), launcher_name(s)]
+    assert calls[len(ENV_PYTHON_CALLS)] == decided
+    calls.pop(len(ENV_PYTHON_CALLS))
     # Not in a container: where the ranks' start-up hook is, then (the step succeeded) the never-formed check.
     after = [] if container else [HOOK_CALL, ["-m", "mldist.launch.batch.formed", str(s.total_tasks)]]
     assert [a if a[0] == "-c" else [*a[:2], a[-1]] for a in calls[len(ENV_PYTHON_CALLS) :]] == after
@@ -441,7 +446,7 @@ def check_job_ran(job: Job, launch: list[str], container: list[str], command: tu
         prefix = container[1:]  # apptainer's own argv: exec, options, image
         runs = [a for a in job.argvs("apptainer") if a[0] != "pull" and a[-2:] != ["-c", "import mldist"]]
         assert [a[: len(prefix)] for a in runs] == [prefix] * len(runs)
-        expected = [["python3", *a] for a in ENV_PYTHON_CALLS] + [list(command)] * s.total_tasks
+        expected = [["python3", *a] for a in [*ENV_PYTHON_CALLS, decided]] + [list(command)] * s.total_tasks
         assert sorted(a[len(prefix) :] for a in runs) == sorted(expected)
     else:
         assert job.calls("apptainer") == []

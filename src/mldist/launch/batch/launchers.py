@@ -152,7 +152,7 @@ FORWARD = (
     "APPTAINERENV_PYTHONPATH",
     "OMP_NUM_THREADS",
     *(v.name for v in (envvalues.CPUS_PER_TASK, envvalues.JOB_DIR, envvalues.RUN_DIR, envvalues.ATTEMPT)),
-    *(v.name for v in (envvalues.JOB_ID, envvalues.REQUEUE_MARK)),
+    *(v.name for v in (envvalues.JOB_ID, envvalues.REQUEUE_MARK, envvalues.DECISION)),
 )
 
 

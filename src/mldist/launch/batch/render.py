@@ -169,6 +169,28 @@ def environment_record(s: JobSpec) -> list[str]:
     ]
 
 
+def decision_lines(s: JobSpec) -> list[str]:
+    """Lines that decide the engine once, for every rank, and export it as ``MLDIST_DECISION``.
+
+    Decided here, on the job's first node after its modules, environment and container are in place,
+    not when the job is submitted: the login node that submits it may show no GPU, and another
+    Python, mpi4py or Keras backend than the ranks get (:mod:`mldist.launch.batch.decided`). Where
+    the job's python3 cannot decide (no mldist, a bad setting), each rank decides for itself.
+    """
+    py = " ".join(word(a) for a in [*container_prefix(s), "python3"])  # the tasks' python
+    decide = f"{py} -m mldist.launch.batch.decided {s.total_tasks} {q(launcher_name(s))}"
+    return [
+        "# The engine, decided once here for every rank: each takes it where its facts are these (mldist env).",
+        f"if mldist_decision=$({decide} 2>/dev/null); then",
+        envvalues.shell('  export @DECISION@="$mldist_decision"'),
+        "else",
+        envvalues.shell("  unset @DECISION@"),
+        '  echo "mldist: no engine decision to hand the ranks (${mldist_decision:-python3 has no mldist here}); '
+        'each decides for itself"',
+        "fi",
+    ]
+
+
 def hook_lines(s: JobSpec) -> list[str]:
     """The ranks' start-up hook first on ``PYTHONPATH`` (:mod:`mldist.base.joined`): Keras's and the common
     variables per rank, and a note on whether each rank joined a group. Not in a container, whose mldist
@@ -293,6 +315,7 @@ def render(s: JobSpec) -> str:
     # After the image pull, which needs the proxies a profile unsets for the ranks' gRPC.
     lines += ["unset " + " ".join(s.unset)] if s.unset else []
     lines += environment_record(s)
+    lines += decision_lines(s)
     lines += hook_lines(s)
     lines += elastic_check(s)
     lines += stage_lines(s, word)
