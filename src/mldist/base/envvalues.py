@@ -296,7 +296,8 @@ RUN_ID = given("MLDIST_RUN_ID", "identifies this run (ports, records)")
 ENGINE = given("MLDIST_ENGINE", "the engine `mldist run` decided for its workers")
 DECISION = given(
     "MLDIST_DECISION",
-    "the whole decision of `mldist run` (engine, backend, reasons, the facts it rests on): its workers take it",
+    "the whole decision of `mldist run`, or of the job script of `mldist submit` (engine, backend, reasons, "
+    "the facts it rests on): its workers take it",
     kind="JSON",
 )
 NOTES = given("MLDIST_NOTES", "the launcher's folder where a worker leaves its last line", kind="path")
