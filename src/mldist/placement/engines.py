@@ -311,7 +311,8 @@ def gather(
         Decision(name='jax', reason='', backend='jax', library='', by='')
     """
     comm = requested_engine(requested, env)
-    keras = keras_backends.keras_backend(env, keras_backends.read_config(env), loaded=loaded_backend)
+    config = None if loaded_backend else keras_backends.read_config(env)  # the loaded backend wins: no file read
+    keras = keras_backends.keras_backend(env, config, loaded=loaded_backend)
     facts = Facts(comm, rank=rank, size=size, launcher=launcher, gpu=gpu, backend=keras, handed=handed)
     fits = handed is not None and _fits(handed, facts)
     wanted = handed.decision.mpi_world if handed is not None and fits else needs_mpi_probe(comm, size, gpu, keras)
