@@ -175,7 +175,8 @@ def decision_lines(s: JobSpec) -> list[str]:
     Decided here, on the job's first node after its modules, environment and container are in place,
     not when the job is submitted: the login node that submits it may show no GPU, and another
     Python, mpi4py or Keras backend than the ranks get (:mod:`mldist.launch.batch.decided`). Where
-    the job's python3 cannot decide (no mldist, a bad setting), each rank decides for itself.
+    the job's python3 cannot decide (no mldist, a bad setting), each rank decides for itself; so does a
+    rank whose facts differ (under aprun the script runs on a service node, not among the ranks).
     """
     py = " ".join(word(a) for a in [*container_prefix(s), "python3"])  # the tasks' python
     decide = f"{py} -m mldist.launch.batch.decided {s.total_tasks} {q(launcher_name(s))}"
