@@ -26,7 +26,7 @@ SUMS_OF_4 = {"float32": 10.0, "bfloat16": 10.0, "int32": 10, "max": 3.0}
 @pytest.mark.parametrize(
     ("setting", "nodes", "per_node", "on"),
     [
-        ("auto", 2, 2, True),
+        ("auto", 2, 2, False),  # flat until the tiers are measured faster
         ("on", 4, 8, True),
         ("auto", 1, 4, False),  # one node
         ("on", 1, 4, False),
@@ -95,13 +95,13 @@ def _tiers_on(hosts: str, env: dict[str, str]) -> list[dict[str, object]]:
 
 @pytest.mark.slow
 def test_two_hosts_of_two_ranks_reduce_in_tiers_to_the_flat_paths_weights(hosts_env: dict[str, str]) -> None:
-    tiers = _tiers_on("hx1:2,hx2:2", hosts_env)
-    # Horovod's switch turns it off (mldist run -H forwards it to every host).
-    flat = _tiers_on("hx1:2,hx2:2", hosts_env | {"HOROVOD_HIERARCHICAL_ALLREDUCE": "0"})
+    # Horovod's switch turns it on (mldist run -H forwards it to every host); unset, auto stays flat.
+    tiers = _tiers_on("hx1:2,hx2:2", hosts_env | {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"})
+    flat = _tiers_on("hx1:2,hx2:2", hosts_env)
     assert [r["node"] for r in tiers] == ["hx1", "hx1", "hx2", "hx2"], tiers
     assert [(r["tiered"], r["hierarchy"]["nodes"], r["hierarchy"]["per_node"]) for r in tiers] == [(True, 2, 2)] * 4
     assert [r["tiered"] for r in flat] == [False] * 4
-    assert flat[0]["hierarchy"]["reason"].startswith("turned off")
+    assert flat[0]["hierarchy"]["reason"].startswith("auto: 2 nodes x up to 2 ranks stay flat")
     assert all(r["sums"] == SUMS_OF_4 for r in tiers + flat), [r["sums"] for r in tiers + flat]
     for t, f in zip(tiers, flat, strict=True):  # every rank: the same weights after the same steps
         for wt, wf in zip(t["weights"], f["weights"], strict=True):  # type: ignore[call-overload]
@@ -120,12 +120,12 @@ def test_one_rank_per_host_takes_the_flat_path(hosts_env: dict[str, str]) -> Non
 @pytest.mark.slow
 def test_mldist_env_says_which_all_reduce(hosts_env: dict[str, str]) -> None:
     cmd = ["run", "-H", "hx1:2,hx2:2", "--no-run-dir", "--", PY, "-m", "mldist", "env"]
-    res = check(mldist(cmd, env=hosts_env, timeout=180))
+    res = check(mldist(cmd, env=hosts_env | {"MLDIST_HIERARCHICAL": "1"}, timeout=180))
     said = [line.split("] ", 1)[1] for line in res.stdout.splitlines() if "allreduce " in line]
     expected = (
         "allreduce hierarchical (2 nodes x up to 2 ranks: reduce on the node, all-reduce among 2 node leaders, "
         "broadcast)"
     )
     assert said == [expected] * 4, tail(res)
-    res = check(mldist(cmd, env=hosts_env | {"MLDIST_HIERARCHICAL": "0"}, timeout=180))
-    assert res.stdout.count("allreduce flat (turned off") == 4, tail(res)
+    res = check(mldist(cmd, env=hosts_env, timeout=180))
+    assert res.stdout.count("allreduce flat (auto: 2 nodes x up to 2 ranks stay flat") == 4, tail(res)

@@ -204,8 +204,8 @@ HIERARCHICAL: Setting[str] = Setting(
     "auto",
     _auto_on_off,
     "is not auto, 1 or 0: set auto (the default), 1 (on where it applies) or 0 (off), or unset it",
-    "the MPI engine's all-reduce: `auto` (hierarchical over several nodes with more than one rank on a node: "
-    "reduce on the node, all-reduce among one rank per node, broadcast on the node), `1` the same, `0` always flat",
+    "the MPI engine's all-reduce: `1` reduces on the node, all-reduces among one rank per node, broadcasts "
+    "(several nodes, >1 rank on one); `auto`, `0` flat",
     kind="auto, 1 or 0",
 )
 

@@ -7,8 +7,8 @@
   ``hvd.stop_timeline()`` do the same for a stretch of the script (call both on every rank).
 - ``HOROVOD_HIERARCHICAL_ALLREDUCE=1``/``0`` turns the MPI engine's hierarchical all-reduce on or
   off (reduce on the node, all-reduce among one rank per node, broadcast on the node;
-  :mod:`mldist.placement.hierarchy`) when ``MLDIST_HIERARCHICAL`` is unset. Unset, mldist uses it
-  where it helps (several nodes, more than one rank on a node).
+  :mod:`mldist.placement.hierarchy`) when ``MLDIST_HIERARCHICAL`` is unset. Unset, the all-reduce stays
+  flat (the tiers are not yet measured faster).
 - Horovod's other tuning variables (cycle time, autotune, stall check, cache, hierarchical
   allgather, ...) have no counterpart: rank 0 says so in one line.
 
