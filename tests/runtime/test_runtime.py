@@ -51,7 +51,8 @@ def test_init_reads_the_contracts_values_once_into_the_context(tmp_path: Path) -
     code = "import mldist; print(mldist.init().settings)"
     env = clean_env(MLDIST_COLLECTIVE_TIMEOUT="30", MLDIST_RESTART="2", MLDIST_RUN_DIR=str(tmp_path))
     res = check(run_py("-c", code, env=env))
-    assert res.stdout.strip() == f"Settings(collective_timeout=30.0, run_dir='{tmp_path}', restart=2)"
+    # handed: the launcher's decision, decoded once (None: no launcher handed one).
+    assert res.stdout.strip() == f"Settings(collective_timeout=30.0, run_dir='{tmp_path}', restart=2, handed=None)"
 
 
 def test_env_report_under_the_launcher() -> None:

@@ -134,12 +134,14 @@ def _run(tmp_path: Path, name: str, *argv: str) -> tuple[str, Path]:
 
 
 @pytest.mark.slow
-def test_a_rank_slower_by_0_2_s_a_batch_is_named_once_by_rank_0(tmp_path: Path) -> None:
-    stderr, run_dir = _run(tmp_path, "slow", "1", "0.2", STEPS, "0.02")
+def test_a_rank_slower_by_0_3_s_a_batch_is_named_once_by_rank_0(tmp_path: Path) -> None:
+    # 0.3 s: the line is where the slow rank spends most of its time outside collectives, sampled once a
+    # second; under a loaded suite a step's own compute grew to rival a 0.2 s sleep (the fit's line won).
+    stderr, run_dir = _run(tmp_path, "slow", "1", "0.3", STEPS, "0.02")
     lines = [line for line in stderr.splitlines() if "arrives last" in line]
     assert len(lines) == 1 and lines[0].startswith("[0] mldist: rank 1 ("), stderr[-3000:]
     cost = re.search(r"costing the others (\d+) ms a step \((\d+) %\)", lines[0])
-    assert cost and 120 <= int(cost.group(1)) <= 400 and int(cost.group(2)) >= 25, lines[0]
+    assert cost and 200 <= int(cost.group(1)) <= 550 and int(cost.group(2)) >= 25, lines[0]
     assert lines[0].endswith(f"it spends its time in tests/workers/straggler.py:{SLEEP_LINE} on_train_batch_begin")
     kept = json.loads((run_dir / straggler_watch.FILE).read_text())
     assert kept["rank"] == 1 and kept["line"] in lines[0]

@@ -120,7 +120,7 @@ def _fence(child: subprocess.Popen[bytes], rank: int, local_rank: int) -> None:
     host (node-local); every shim looks at the mark. A run without a progress folder has no fence.
     """
     where, mine = progress.folder(os.environ), envvalues.RESTART.read(os.environ)
-    run = re.sub(r"[^A-Za-z0-9_.-]", "_", os.environ.get(envvalues.RUN_ID.name, ""))[:64]
+    run = re.sub(r"[^A-Za-z0-9_.-]", "_", envvalues.RUN_ID.read(os.environ) or "")[:64]
     if where is None or not run:
         return
     mark = Path(tempfile.gettempdir()) / f"mldist-fenced-{run}"
