@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,14 @@ def decode(raw: bytes) -> Any:
 
 def read_file(path: Path) -> Any:
     """The data of a file :func:`encode` wrote, or None (missing, damaged, or torn :data:`TRIES` times)."""
+    return _decoded(path.read_bytes)
+
+
+def _decoded(read: Callable[[], bytes]) -> Any:
+    """What ``read`` gives, decoded; read again (a writer may be mid-``pwrite``) up to :data:`TRIES` times."""
     for attempt in range(TRIES):
         try:
-            with open(path, "rb") as f:
-                data = decode(f.read())
+            data = decode(read())
         except OSError:
             return None
         if data is not None:
@@ -248,15 +253,8 @@ class Node:
     def _read_peer(self, name: str) -> Any:
         if name not in self._peers:
             return read_file(self.local / name)
-        for attempt in range(TRIES):
-            try:
-                data = decode(os.pread(self._peers[name][1], 1 << 16, 0))
-            except OSError:
-                return None
-            if data is not None:
-                return data
-            time.sleep(0.01 * (attempt + 1))
-        return None
+        fd = self._peers[name][1]
+        return _decoded(lambda: os.pread(fd, 1 << 16, 0))
 
     def forget(self, rank: int, shared_too: bool = False) -> None:
         """Remove ``rank``'s node-local record at its exit; the last rank of the node removes the folder (and,
