@@ -239,6 +239,13 @@ class Probe:
         return self.world
 
 
+def cannot_here(reason: str) -> None:
+    """Skip a test this machine cannot run (a missing tool, a limit), or fail it under CI, which must run it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason + "; CI must run this test")
+    pytest.skip(reason)
+
+
 def small_disk(where: Path, size: str) -> Iterator[Path]:
     """A real tmpfs of ``size`` (``200k``, ``8m``) mounted at ``where`` for a test, unmounted after it: a disk
     that fills. Needs root (skipped without; CI must run these tests)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, check, clean_env, mldist
+from helpers import PY, ROOT, cannot_here, check, clean_env, mldist
 
 SUBMIT = ["submit", "--scheduler", "slurm", "--dry-run"]
 RUN = ["run", "-n", "2"]
@@ -617,7 +617,7 @@ def test_a_read_only_data_cache_is_one_line() -> None:
         if os.geteuid() == 0:
             setpriv = shutil.which("setpriv")
             if setpriv is None:
-                pytest.skip("root, and no setpriv to fetch as another user")
+                cannot_here("root, and no setpriv (util-linux) to fetch as another user")
             args = [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *args]
         env = clean_env(PYTHONPATH=str(ROOT / "src"), HOME="/nonexistent", PYTHONDONTWRITEBYTECODE="1")
         res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=30, cwd="/")
