@@ -34,6 +34,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 #: Descriptors the launcher keeps beside its probes and pipes (Python, its imports, the run directory).
 BASE_FDS = 64
@@ -155,11 +156,11 @@ def hosts_file(nsswitch: str = "/etc/nsswitch.conf", path: str = "/etc/hosts") -
         hosts_file()   # {"localhost": "127.0.0.1", "node1": "10.1.0.1", ...}
     """
     try:
-        lines = open(nsswitch).read().splitlines()  # noqa: SIM115 - small text files
+        lines = Path(nsswitch).read_text().splitlines()
         order = next((line.split(":", 1)[1].split() for line in lines if line.strip().startswith("hosts:")), [])
         if order[:1] != ["files"]:
             return {}
-        table = open(path, errors="replace").read().splitlines()  # noqa: SIM115
+        table = Path(path).read_text(errors="replace").splitlines()
     except (OSError, IndexError):
         return {}
     found: dict[str, str] = {}

@@ -50,7 +50,7 @@ def parse_hosts(text: str, flag: str = "-H") -> tuple[tuple[str, int], ...]:
 def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
     """The hosts of a hostfile: 'host', 'host:slots' or 'host slots=N' per line; '#' starts a comment."""
     try:
-        lines = open(path, encoding="utf-8").read().splitlines()  # noqa: SIM115 - a small text file
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ConfigError(f"--hostfile {path!r}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:  # a program or an image named by a slip
