@@ -88,7 +88,7 @@ from types import FrameType
 from horovod_synthetic import STEPS as HVD_STEPS
 from throughput import ONE, PY, STEPS, WORKER, _env, _rows
 
-from mldist.runtime.buckets import DEFAULT_BUCKET_BYTES, WIRE_DTYPES, plan_buckets
+from mldist.runtime.collect.buckets import DEFAULT_BUCKET_BYTES, WIRE_DTYPES, plan_buckets
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

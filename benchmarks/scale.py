@@ -2,10 +2,10 @@
 
     python benchmarks/scale.py [--ranks 256,1024] [--rounds 3] [--json] [--no-straggler]
 
-Drives the project's own code in one process: N collective watches (:class:`mldist.runtime.stall.Watch`)
+Drives the project's own code in one process: N collective watches (:class:`mldist.runtime.watch.stall.Watch`)
 on N/4 simulated nodes (each its own host name and node-local folder: :mod:`mldist.base.nodes`), the
-one-reader verdict (:mod:`mldist.runtime.verdict`), ``mldist stacks`` (a real subprocess), the join
-notes (:mod:`mldist.base.joined`) and the departures' peers (:func:`mldist.runtime.mpi_exit.told`). A
+one-reader verdict (:mod:`mldist.runtime.watch.verdict`), ``mldist stacks`` (a real subprocess), the join
+notes (:mod:`mldist.base.joined`) and the departures' peers (:func:`mldist.runtime.engines.mpi_exit.told`). A
 counting layer over ``os`` and ``io`` counts every call on the shared folder: metadata operations (open,
 create, rename, unlink, stat, mkdir, listing, fsync) and data writes and reads.
 
@@ -48,7 +48,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from mldist.base import joined, nodes, progress
-from mldist.runtime import mpi_exit, stall
+from mldist.runtime.engines import mpi_exit
+from mldist.runtime.watch import stall
 
 RANKS_PER_NODE = 4
 TIMEOUT = 30.0

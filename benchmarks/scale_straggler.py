@@ -2,17 +2,17 @@
 
     python benchmarks/scale_straggler.py [--ranks 256,1024,4096,16384] [--json]
 
-Drives rank 0's real code (:class:`mldist.runtime.straggler_watch.Tracker` fed by
-:class:`mldist.runtime.straggler_rounds.Reporter`'s account: ``own``, ``take``, ``find``) with the rows
-the engine's gather (:mod:`mldist.runtime.straggler_gather`) hands rank 0 once a second, built as
-:func:`mldist.runtime.straggler_gather.row` lays them out; no process is started per rank, and
+Drives rank 0's real code (:class:`mldist.runtime.watch.straggler_watch.Tracker` fed by
+:class:`mldist.runtime.watch.straggler_rounds.Reporter`'s account: ``own``, ``take``, ``find``) with the rows
+the engine's gather (:mod:`mldist.runtime.watch.straggler_gather`) hands rank 0 once a second, built as
+:func:`mldist.runtime.watch.straggler_gather.row` lays them out; no process is started per rank, and
 the rows come one round late, as an ``MPI_Igather`` that every rank posted within its own second does.
 
 The job: 4 ranks a node; one collective a step, each rank computing 0.2 s (2 % jitter) before it, 2 ms
 for the all-reduce; each rank posts its round at its own phase of the second. "slow": one rank computes
 10 % longer (it costs the others about 9 % of their time, so ``MLDIST_STRAGGLER_PERCENT=5``; the default
 10 names a rank from 11 % slower). "fast": the same at 64 collectives a second (the rounds sample them:
-:func:`mldist.runtime.straggler_gather.slots`). "balanced": every rank alike, 5 simulated minutes: no
+:func:`mldist.runtime.watch.straggler_gather.slots`). "balanced": every rank alike, 5 simulated minutes: no
 line is the goal. The window is the default 30 s.
 
 Per N: rank 0's CPU seconds per simulated minute (the goal: at most 1), the simulated seconds until the
@@ -38,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from mldist.runtime import straggler_gather as gather
-from mldist.runtime.straggler_watch import Tracker
+from mldist.runtime.watch import straggler_gather as gather
+from mldist.runtime.watch.straggler_watch import Tracker
 
 #: Goals beside the figures (issue 61).
 GOALS = {"cpu_s_per_min": 1.0, "named_s": 300.0}

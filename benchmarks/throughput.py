@@ -21,7 +21,7 @@ Keras 3 on JAX (``--backends jax``; KERAS_BACKEND=jax, engine jax.distributed):
   jax apart             two plain Keras-on-JAX processes at once, one per core (the JAX ceiling)
   jax 2 workers         `mldist run -n 2`: Keras's DataParallel, XLA's all-reduce over Gloo
   jax 2, busy Gloo loop the same with MLDIST_GLOO_IDLE=0: Gloo's event loop left at normal
-                        priority, as before mldist moved it to SCHED_IDLE (mldist.runtime.jax_cpu)
+                        priority, as before mldist moved it to SCHED_IDLE (mldist.runtime.engines.jax_cpu)
 
 Goal: jax 2 workers >= 0.85 of jax apart on both models; then JAX's step breakdown from a
 profiled run (JAX's profiler through ``--profile-steps``; the all-reduce's count and bytes

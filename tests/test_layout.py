@@ -186,7 +186,11 @@ def test_import_mldist_loads_at_most_15_of_its_modules() -> None:
     assert 0 < len(ours) <= 15, ours
     names = "import mldist as m; print(m.init.__module__, m.allreduce.__module__, m.CheckpointManager.__name__)"
     res = check(subprocess.run([PY, "-c", names], capture_output=True, text=True, env=clean_env(), timeout=120))
-    assert res.stdout.split() == ["mldist.runtime.worker", "mldist.runtime.collectives", "CheckpointManager"]
+    assert res.stdout.split() == [
+        "mldist.runtime.start.worker",
+        "mldist.runtime.collect.collectives",
+        "CheckpointManager",
+    ]
 
 
 def test_public_names_keep_their_paths() -> None:
@@ -314,17 +318,50 @@ def test_no_import_circle_within_a_package(folder: Path) -> None:
     )
 
 
+#: runtime/'s rooms, bottom to top: a member imports its own floor and lower ones only (issue 63).
+RUNTIME_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("context", "compat"),
+    ("watch",),
+    ("engines",),
+    ("start", "hook"),
+    ("collect",),
+    ("__init__",),
+)
+#: The most modules runtime/ keeps at its top level; the rest live in its subpackages.
+MOST_RUNTIME_MODULES = 6
+
+
+def test_runtime_floors_import_downwards() -> None:
+    graph = _import_graph(SRC / "runtime")
+    floor = {name: index for index, names in enumerate(RUNTIME_FLOORS) for name in names}
+    assert set(graph) == set(floor), f"runtime members without a floor in RUNTIME_FLOORS: {set(graph) ^ set(floor)}"
+    up = [
+        f"{a} imports {b} ({site})"
+        for a, targets in graph.items()
+        for b, site in targets.items()
+        if floor[b] > floor[a]
+    ]
+    assert not up, "arrows back up inside mldist.runtime: " + "; ".join(sorted(up))
+
+
+def test_runtime_keeps_few_modules_at_its_top() -> None:
+    top = sorted(p.name for p in (SRC / "runtime").glob("*.py"))
+    assert len(top) <= MOST_RUNTIME_MODULES, (
+        f"runtime/ has {len(top)} top-level modules ({top}); move some into a subpackage"
+    )
+
+
 #: The engines' and backends' names: code outside the decisions asks the engine or the backend's traits.
 ENGINE_NAMES = {"mpi", "ring", "nccl", "jax", "tensorflow"}
 #: Where those names may be compared: the decisions, the engine modules themselves, the CLI's argument parsing.
 NAMES_COMPARED = {
     ("placement", "engines"),
     ("placement", "backend"),
-    ("runtime", "engine"),
-    ("runtime", "mpi_engine"),
-    ("runtime", "mpi_world"),
-    ("runtime", "tf_engine"),
-    ("runtime", "jax_engine"),
+    ("runtime", "engines", "engine"),
+    ("runtime", "engines", "mpi_engine"),
+    ("runtime", "engines", "mpi_world"),
+    ("runtime", "engines", "tf_engine"),
+    ("runtime", "engines", "jax_engine"),
 }
 
 
@@ -350,7 +387,7 @@ def test_engine_and_backend_names_are_compared_only_where_they_are_decided(path:
         return
     assert not _name_comparisons(path), (
         f"{path.relative_to(SRC)} compares engine or backend names: {_name_comparisons(path)}; ask the engine "
-        "(mldist.runtime.engine.running()'s flags) or the decision (ctx.decision.traits, Decision's properties)"
+        "(mldist.runtime.engines.engine.running()'s flags) or the decision (ctx.decision.traits, Decision's properties)"
     )
 
 

@@ -53,7 +53,7 @@ class CollectiveMismatch(MldistError, ValueError):
 
     Inside a graph TensorFlow reports it as an ``InvalidArgumentError`` holding this text;
     eager calls of mldist's collectives raise it as a ``tf.errors.FailedPreconditionError``
-    (Horovod's type) that is also this class's sibling (:func:`mldist.runtime.failures.mismatch`).
+    (Horovod's type) that is also this class's sibling (:func:`mldist.runtime.watch.failures.mismatch`).
     """
 
 

@@ -23,8 +23,8 @@ from mldist.base.rundir import write_json
 from mldist.cli import build_parser, main
 from mldist.launch.config import RunConfig
 from mldist.launch.rundir import Record
-from mldist.runtime import straggler_watch
-from mldist.runtime.straggler import Finding
+from mldist.runtime.watch import straggler_watch
+from mldist.runtime.watch.straggler import Finding
 
 #: A moment of a fit: epoch 2 of 4, step 5 of 10, as RunLog on rank 0 writes it.
 PROGRESS = {"epoch": 2, "epochs": 4, "step": 5, "steps": 10, "step_seconds": 0.5, "samples_per_second": 256.0,

@@ -20,7 +20,7 @@ import pytest
 from helpers import PY, WORKERS, clean_env, mldist
 from mldist.base import nodes, progress
 from mldist.cli import main
-from mldist.runtime import stall
+from mldist.runtime.watch import stall
 
 ENDED = str(WORKERS / "ended.py")
 

@@ -16,7 +16,7 @@ from mldist.launch.rundir import config_record
 from mldist.placement import backend
 from mldist.placement.engines import Facts, MpiWorld, decide
 from mldist.placement.resources import ThreadPlan
-from mldist.runtime.jax_engine import visible_gpus, xla_flags
+from mldist.runtime.engines.jax_engine import visible_gpus, xla_flags
 
 
 def test_the_variable_wins_over_keras_json_and_an_imported_keras_wins_over_both(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from mldist.errors import ConfigError, DetectionError, LaunchError
 from mldist.placement.cluster import assign_ports, build_cluster_spec, port_base
 from mldist.placement.detect import Placement, detect
-from mldist.runtime.tf_engine import check_port_free
+from mldist.runtime.engines.tf_engine import check_port_free
 
 
 def test_emulated_nodes_sharing_an_address_get_distinct_ports() -> None:

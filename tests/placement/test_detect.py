@@ -185,7 +185,7 @@ def test_srun_with_its_pmi2_plugin_is_slurm_and_hydra_over_srun_is_not() -> None
 def test_the_start_up_hook_gives_keras_one_coordinator_and_each_rank_its_id(path: Path, tmp_path: Path) -> None:
     """What a batch job's ranks get from mldist's start-up hook, under every captured launcher: the
     same coordinator on every rank, its own process id, and (asked) TF_CONFIG naming it."""
-    from mldist.runtime.startup import fill
+    from mldist.runtime.start.startup import fill
 
     data = json.loads(path.read_text())
     seen = []

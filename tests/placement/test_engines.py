@@ -118,7 +118,7 @@ def test_the_launcher_decides_through_decide(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_worker_and_the_tools_decide_through_decide(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mldist.runtime import worker
+    from mldist.runtime.start import worker
     from mldist.tools import doctor, report
 
     spy = Spy("nccl")

@@ -107,8 +107,8 @@ def test_in_another_world_the_worker_decides_and_says_so() -> None:
 
 def test_the_worker_reads_the_handed_decision_from_its_environment_once() -> None:
     """``init`` decodes ``MLDIST_DECISION`` once, into its settings; the decision and the announcement read it there."""
-    from mldist.runtime import worker
     from mldist.runtime.context import STATE, Settings
+    from mldist.runtime.start import worker
 
     placement = Placement(rank=1, size=2, local_rank=1, local_size=2, launcher="tf_config")
     env = {"HOME": "/nonexistent", handed.HANDED: handed.encode(Handed(Decision("ring"), "ring", gpu=False))}

@@ -15,7 +15,7 @@ from mldist.launch.batch import formed
 from mldist.placement.allocation import allocation
 from mldist.placement.cluster import assign_ports, build_cluster_spec
 from mldist.placement.detect import detect
-from mldist.runtime.jax_init import world
+from mldist.runtime.engines.jax_init import world
 
 OTHER = ["\u00b2", "\u0663", "\uff12"]  # superscript two, Arabic-Indic three, fullwidth two
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mldist.errors import UnsupportedError
-from mldist.runtime import engine
+from mldist.runtime.engines import engine
 
 #: The flags of the Engine protocol, per engine: (subgroups, joins, xla_safe, late_strategy, waits_at_exit).
 EXPECTED = {

@@ -16,7 +16,7 @@ from mldist.errors import ConfigError
 from mldist.placement.cluster import port_base
 from mldist.placement.common import strategy_note
 from mldist.placement.resources import cpus_per_task_from
-from mldist.runtime.jax_cpu import wants_idle_loop
+from mldist.runtime.engines.jax_cpu import wants_idle_loop
 
 
 @pytest.mark.parametrize(("raw", "value"), [("1", True), ("Yes", True), (" TRUE ", True), ("0", False), ("no", False)])
@@ -125,7 +125,7 @@ def test_address_lists_and_pids_read_as_values() -> None:
     assert envvalues.WORKERS.read({"MLDIST_WORKERS": ",,"}) == ()  # set, but no address: the count check says so
     assert envvalues.LAUNCHER_PID.read({"MLDIST_LAUNCHER_PID": " 42 "}) == 42
     # A pid set by hand that is not one leaves the worker unwatched, as an unset one does.
-    from mldist.runtime.watchdog import watch_launcher
+    from mldist.runtime.watch.watchdog import watch_launcher
 
     assert not watch_launcher({"MLDIST_LAUNCHER_PID": "abc"}) and not watch_launcher({})
 

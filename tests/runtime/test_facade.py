@@ -11,7 +11,7 @@ def test_the_public_names_are_the_functions_after_the_runtime_modules_load_first
     """``mldist.runtime.context`` is also a submodule's name: imported first (as any runtime module does), it
     must not stand in for the public function ``mldist.context``."""
     code = (
-        "import json, mldist.runtime.stall, mldist\n"
+        "import json, mldist.runtime.watch.stall, mldist\n"
         "names = ['context', 'init', 'rank', 'size', 'allreduce', 'current', 'is_chief']\n"
         "mldist.init()\n"
         "ctx = mldist.context()\n"

@@ -10,7 +10,7 @@ import pytest
 
 from mldist.placement.engines import Decision
 from mldist.placement.resources import idle_gpus_warning
-from mldist.runtime import worker
+from mldist.runtime.start import worker
 
 
 @pytest.mark.parametrize(

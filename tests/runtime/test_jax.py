@@ -41,7 +41,7 @@ def test_collectives_on_two_jax_workers() -> None:
         assert row["strategy"].startswith("mldist.strategy() is TensorFlow")
         assert row["tape"].startswith("DistributedGradientTape averages Tens")
         assert row["profiler"]  # JAX's profiler records --profile-steps on JAX
-        # Gloo's event loop, and nothing else, runs at SCHED_IDLE (mldist.runtime.jax_cpu).
+        # Gloo's event loop, and nothing else, runs at SCHED_IDLE (mldist.runtime.engines.jax_cpu).
         assert row["idle_threads"] == row["idled"] and len(row["idled"]) == 1, row
         assert row["loops"] == [True]
     # The launcher read KERAS_BACKEND too: no "the launcher chose the mpi engine" line.

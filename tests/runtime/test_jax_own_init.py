@@ -20,7 +20,8 @@ import pytest
 
 from helpers import PY, TESTS, WORKERS, check, clean_env, mldist, results
 from mldist.base import joined
-from mldist.runtime import compat, jax_init
+from mldist.runtime import compat
+from mldist.runtime.engines import jax_init
 
 GUIDE = str(WORKERS / "jax_guide.py")
 ENVS = TESTS / "fixtures" / "envs"

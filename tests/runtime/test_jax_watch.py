@@ -16,7 +16,7 @@ import pytest
 
 from helpers import PY, USERS_GC, WORKERS, clean_env, mldist
 from mldist.base import progress
-from mldist.runtime import jax_watch, stall
+from mldist.runtime.watch import jax_watch, stall
 
 STUCK = WORKERS / "jax_stuck.py"
 #: The line rank 1 is stuck on: the stall line must name it.

@@ -1,4 +1,4 @@
-"""Process-wide patches in one place (mldist.runtime.patches), and a start-up hook that costs a
+"""Process-wide patches in one place (mldist.runtime.start.patches), and a start-up hook that costs a
 Python that is not a worker nothing of mldist."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import pytest
 from helpers import PY, ROOT, check, clean_env, mldist, run_py
 from mldist.base import joined
 from mldist.placement.detect import LAUNCHERS
-from mldist.runtime import failures, leave, patches, startup
+from mldist.runtime.start import patches, startup
+from mldist.runtime.watch import failures, leave
 
 SRC = ROOT / "src" / "mldist"
 HOOK = SRC / "runtime" / "hook" / "sitecustomize.py"
-#: Roots whose attributes only mldist.runtime.patches assigns (what other code owns).
+#: Roots whose attributes only mldist.runtime.start.patches assigns (what other code owns).
 OWNED_ELSEWHERE = {"sys", "jax", "tf", "tensorflow", "keras", "builtins"}
 #: Assignments that are not patches: the horovodrun alias hands its own argv to the parser it calls.
 NOT_PATCHES = {("horovod/alias.py", "sys.argv")}
@@ -47,9 +48,11 @@ def test_only_the_patches_module_replaces_what_others_own() -> None:
         if path.name != "patches.py"
         for target in _assignments(path)
     }
-    assert found == NOT_PATCHES, f"install it in mldist.runtime.patches, with a PATCHES entry: {found - NOT_PATCHES}"
+    assert found == NOT_PATCHES, (
+        f"install it in mldist.runtime.start.patches, with a PATCHES entry: {found - NOT_PATCHES}"
+    )
     assert {"sys.excepthook", "sys.exit", "jax.distributed.initialize"} <= set(
-        _assignments(SRC / "runtime" / "patches.py")
+        _assignments(SRC / "runtime" / "start" / "patches.py")
     )
 
 
@@ -131,7 +134,7 @@ def test_the_hook_imports_nothing_of_mldist_in_a_python_that_is_not_a_worker() -
     assert _with_hook(MLDIST_RANK="1", MLDIST_SIZE="2", MLDIST_HOOK="0") == ([], None)
     assert _with_hook(MLDIST_RANK="1", MLDIST_SIZE="2", MLDIST_HOOK_PID="1") == ([], None)  # a worker's child
     modules, rank = _with_hook(MLDIST_RANK="1", MLDIST_SIZE="2", MLDIST_WORKERS="h:1,h:2")
-    assert "mldist.runtime.startup" in modules and rank == "1"
+    assert "mldist.runtime.start.startup" in modules and rank == "1"
 
 
 ALONE = ["--", PY, "-c", "import os; print('RANK', os.environ['RANK'])"]

@@ -12,8 +12,8 @@ import pytest
 
 from mldist.base import nodes, progress
 from mldist.base.progress import Record
-from mldist.runtime import stall
-from mldist.runtime.frames import frames_of, main_thread_frames
+from mldist.runtime.watch import stall
+from mldist.runtime.watch.frames import frames_of, main_thread_frames
 
 STACK = ("stuck.py:9 <module>: time.sleep(600)",)
 
@@ -191,7 +191,7 @@ def test_one_rank_reads_the_records_when_a_collective_times_out_and_the_others_t
 def test_a_sampled_wait_every_rank_is_in_is_judged_once_not_every_second(tmp_path: Path) -> None:
     """On JAX a computation every rank is in may be long: no stall, and the records are read once for it, not
     again each second the watch looks."""
-    from mldist.runtime import jax_watch
+    from mldist.runtime.watch import jax_watch
 
     now = [0.0]
     watch = stall.Watch(0, "jax", 10, clock=lambda: now[0], size=2, where=tmp_path, wall=lambda: 1000 + now[0])

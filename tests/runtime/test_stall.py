@@ -8,7 +8,7 @@ import pytest
 
 from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist
 from mldist.errors import ConfigError
-from mldist.runtime import stall
+from mldist.runtime.watch import stall
 
 
 def test_nccl_names_ring_as_the_fallback() -> None:

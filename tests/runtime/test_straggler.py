@@ -1,4 +1,4 @@
-"""The slow rank, named while the job runs (mldist.runtime.straggler): the account over records, the
+"""The slow rank, named while the job runs (mldist.runtime.watch.straggler): the account over records, the
 settings, ``mldist status``, and real 2-rank runs, one with a rank 0.2 s slower per batch, one balanced."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from mldist.base import envvalues
 from mldist.base.progress import Record
 from mldist.cli import main
 from mldist.errors import ConfigError
-from mldist.runtime import straggler, straggler_gather, straggler_watch
+from mldist.runtime.watch import straggler, straggler_gather, straggler_watch
 
 WORKER = WORKERS / "straggler.py"
 SLEEP_LINE = next(i for i, line in enumerate(WORKER.read_text().splitlines(), 1) if "spends its time here" in line)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from mldist.runtime.mpi_exit import Departures
+from mldist.runtime.engines.mpi_exit import Departures
 
 
 class Counting:

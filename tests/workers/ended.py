@@ -2,7 +2,7 @@
 
 Usage: ended.py SECONDS [FAILING_RANK]. Each rank finishes three collectives, begins a fourth
 (``allreduce(sum)``) and writes its record into the progress folder ``mldist run`` names, through
-the watch's own code (:class:`mldist.runtime.stall.Watch`, once, from another thread as the
+the watch's own code (:class:`mldist.runtime.watch.stall.Watch`, once, from another thread as the
 watch's thread does; nothing more is written). It prints ``PUBLISHED``, sleeps SECONDS (the
 record ages), then FAILING_RANK exits 1 and the others 0. No TensorFlow: two small processes.
 """
@@ -15,7 +15,7 @@ import threading
 import time
 
 from mldist.base import progress
-from mldist.runtime.stall import Watch
+from mldist.runtime.watch.stall import Watch
 
 rank = int(os.environ["MLDIST_RANK"])
 watch = Watch(rank, "mpi", 600.0, size=int(os.environ["MLDIST_SIZE"]), where=progress.folder(os.environ))

@@ -14,7 +14,7 @@ import numpy as np
 
 import mldist
 import mldist.errors
-from mldist.runtime import engine, jax_cpu
+from mldist.runtime.engines import engine, jax_cpu
 
 
 def _idle_threads() -> list[int]:

@@ -13,7 +13,8 @@ import sys
 import time
 
 import mldist
-from mldist.runtime import engine, straggler_gather
+from mldist.runtime.engines import engine
+from mldist.runtime.watch import straggler_gather
 
 ctx = mldist.init()
 eng = engine.running()

@@ -22,8 +22,8 @@ ctx = mldist.init()
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mldist.runtime import mpi_tiers  # noqa: E402
-from mldist.runtime.mpi_world import World  # noqa: E402
+from mldist.runtime.engines import mpi_tiers  # noqa: E402
+from mldist.runtime.engines.mpi_world import World  # noqa: E402
 
 r, n = ctx.rank, ctx.size
 keras.utils.set_random_seed(11)  # the same initial weights on every rank; the data differs

@@ -131,7 +131,7 @@ STRAGGLER_PERCENT: Setting[float] = Setting(
     kind="percent",
 )
 #: The shortest ``MLDIST_STRAGGLER_SECONDS`` the slow-rank watch can fill: it takes a round a second
-#: (:data:`mldist.runtime.straggler_gather.ROUND_SECONDS`) and needs two in each third of the window.
+#: (:data:`mldist.runtime.watch.straggler_gather.ROUND_SECONDS`) and needs two in each third of the window.
 STRAGGLER_SHORTEST = 6.0
 
 

@@ -3,7 +3,7 @@
 A script under ``mldist run -n 2`` that never joins a group (no ``mldist.init()``, an
 ``hvd.init()`` behind a false ``if``, Keras's ``initialize()`` without a cluster) trains one
 copy per worker and exits 0: the failure users fear most, because nothing crashes. The
-start-up hook of mldist's workers (:mod:`mldist.runtime.startup`) leaves a note per rank at
+start-up hook of mldist's workers (:mod:`mldist.runtime.start.startup`) leaves a note per rank at
 exit, in the job's progress folder (:func:`mldist.base.progress.folder`): how it joined, or
 ``alone``. The launcher reads the notes when the group ends and says one line.
 
@@ -50,7 +50,7 @@ _WAYS = "mldist.init(), hvd.init() or keras.distribution.initialize()"
 
 
 def hook_folder() -> Path:
-    """The folder whose ``sitecustomize.py`` starts :mod:`mldist.runtime.startup` in each worker."""
+    """The folder whose ``sitecustomize.py`` starts :mod:`mldist.runtime.start.startup` in each worker."""
     return Path(__file__).resolve().parents[1] / "runtime" / "hook"
 
 

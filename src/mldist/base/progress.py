@@ -1,12 +1,12 @@
 """Where every rank is: the records ranks publish of their collectives and their main thread's code.
 
-Each rank's collective watch (:mod:`mldist.runtime.stall`) writes its record about once a second:
+Each rank's collective watch (:mod:`mldist.runtime.watch.stall`) writes its record about once a second:
 how many collectives it began and finished, the one in flight, the last one finished, and the
 innermost frames of its main thread. It goes to node-local memory, and one rank per node
 gathers its node's records into ``node-HOST.rec`` in the job's progress folder
 (:mod:`mldist.base.nodes`): the shared file system sees one file per node. When a collective
 times out, one rank reads the records to name the rank that never arrived and where it is, and
-the others take its verdict (:mod:`mldist.runtime.verdict`); ``mldist stacks`` and ``mldist run``
+the others take its verdict (:mod:`mldist.runtime.watch.verdict`); ``mldist stacks`` and ``mldist run``
 (SIGQUIT) read them for a job that is slow rather than stuck. Nothing needs the late rank's
 cooperation at that moment: its record is what it last wrote, and its age says how fresh that is.
 
@@ -67,7 +67,7 @@ class Record:
         written: when the record was written (seconds since the epoch).
         every: how often its rank writes one (seconds; see :func:`interval`).
         waits: its last collectives as (number, seconds waited in it, seconds since its previous one ended),
-            for the slow-rank account (:mod:`mldist.runtime.straggler`).
+            for the slow-rank account (:mod:`mldist.runtime.watch.straggler`).
     """
 
     rank: int

@@ -141,7 +141,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if row is not None:
             print(bench.format_row(row), flush=True)
             if args.profile_steps:
-                from ..runtime.profiling import trace_dir
+                from ..runtime.collect.profiling import trace_dir
                 from ..tools.steptime import with_breakdown
 
                 row = with_breakdown(row, trace_dir(os.environ) / "merged.trace.json.gz")

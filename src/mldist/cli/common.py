@@ -68,7 +68,7 @@ def step_range(text: str) -> str:
         >>> step_range("10:12")
         '10:12'
     """
-    from ..runtime.profiling import parse_steps
+    from ..runtime.collect.profiling import parse_steps
 
     try:
         parse_steps(text)

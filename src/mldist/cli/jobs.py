@@ -354,7 +354,7 @@ def _progress(record: Any, state: str, final: bool) -> str:
         return f"  (expected to start {when})" if when else ""
     if record.array:  # each task has its own run directory: mldist logs shows them
         return ""
-    from ..runtime import straggler_watch
+    from ..runtime.watch import straggler_watch
 
     shown = training.progress_line(Path(record.output_dir) / "run", ended=final)  # or why training.json is no use
     slow = straggler_watch.status(Path(record.output_dir) / "run")  # the slow rank rank 0 named, if any

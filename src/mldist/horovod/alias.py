@@ -27,7 +27,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..runtime import failures, patches
+from ..runtime.start import patches
+from ..runtime.watch import failures
 from . import RefusedModule
 
 
@@ -99,7 +100,7 @@ def installed() -> bool:
 def install() -> None:
     """Make ``import horovod...`` load mldist's modules in this process (idempotent), and Keras 3's optimizers
     answer Keras 2's ``opt.variables()`` as Horovod's TF2 examples call it
-    (:func:`mldist.runtime.patches.keras2_variables`: when the script imports Keras)."""
+    (:func:`mldist.runtime.start.patches.keras2_variables`: when the script imports Keras)."""
     if not installed():
         sys.meta_path.insert(0, _HorovodAlias())
     patches.keras2_variables()

@@ -143,7 +143,7 @@ def check_process_set(process_set: Any) -> None:
 
 def scope(process_set: Any) -> Any:
     """A context in which collectives run over ``process_set`` (checked as :func:`check_process_set`)."""
-    from ..runtime import subsets
+    from ..runtime.engines import subsets
 
     check_process_set(process_set)
     return subsets.within(None if process_set is None else process_set.subset)
@@ -163,14 +163,14 @@ def honours_process_set(fn: Any) -> Any:
 
 def set_size() -> int:
     """Ranks of the process set collectives run over now (the world outside a scope)."""
-    from ..runtime.collectives import world
+    from ..runtime.collect.collectives import world
 
     return world()[0]
 
 
 def set_rank() -> int:
     """This rank within the process set collectives run over now."""
-    from ..runtime.collectives import world
+    from ..runtime.collect.collectives import world
 
     return world()[1]
 
@@ -233,7 +233,7 @@ def context() -> runtime.Context:
     if not _state["initialized"]:
         raise NotInitializedError("Horovod has not been initialized; use hvd.init() (mldist.horovod)")
     # Not runtime.context: once anything imports the submodule mldist.runtime.context, that name is the module.
-    from ..runtime.worker import context as current
+    from ..runtime.start.worker import context as current
 
     return current()
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from .. import runtime
 from ..errors import ConfigError, UnsupportedError
-from ..runtime import subsets
-from ..runtime.engine import running
+from ..runtime.engines import subsets
+from ..runtime.engines.engine import running
 from . import basics
 from .basics import WIRE_OPS, Average, Sum, check_process_set, honours_process_set
 from .compression import Compression

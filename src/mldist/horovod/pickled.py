@@ -75,7 +75,7 @@ def gather_objects(obj: Any) -> list[Any]:
 
         gather_objects({"rank": runtime.context().rank})   # [{'rank': 0}, {'rank': 1}, ...]
     """
-    from ..runtime.collectives import world
+    from ..runtime.collect.collectives import world
 
     if world()[0] == 1:  # one rank (or a process set of one)
         return [obj]

@@ -1,6 +1,6 @@
 """Horovod's process sets on the MPI engine: ``add_process_set``, ``remove_process_set``, ``init(process_sets=)``.
 
-A set is an MPI sub-communicator of the engine's world (:mod:`mldist.runtime.subsets`);
+A set is an MPI sub-communicator of the engine's world (:mod:`mldist.runtime.engines.subsets`);
 adding and removing one is collective (every rank calls it, in the same order), as in
 Horovod. Collectives take ``process_set=``; a rank outside the set gets a ConfigError.
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, UnsupportedError
-from ..runtime import subsets
-from ..runtime.engine import NO_SUBGROUPS, running
+from ..runtime.engines import subsets
+from ..runtime.engines.engine import NO_SUBGROUPS, running
 from . import basics
 from .basics import ProcessSet, global_process_set
 

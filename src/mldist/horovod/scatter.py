@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import runtime
 from ..errors import UnsupportedError
-from ..runtime.failures import invalid_argument
+from ..runtime.watch.failures import invalid_argument
 from . import basics
 from .basics import Average, Sum, check_process_set, honours_process_set
 from .compression import Compression

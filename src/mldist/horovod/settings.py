@@ -30,9 +30,9 @@ from typing import Any
 
 from .. import runtime
 from ..errors import ConfigError
-from ..runtime.buckets import DEFAULT_BUCKET_BYTES
-from ..runtime.leave import ending_code
-from ..runtime.profiling import Recording
+from ..runtime.collect.buckets import DEFAULT_BUCKET_BYTES
+from ..runtime.collect.profiling import Recording
+from ..runtime.watch.leave import ending_code
 
 #: Variables Horovod reads that change nothing here (mldist fuses per step and has its own stall watch).
 NO_EFFECT = (

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..runtime.engine import running
-from ..runtime.gradients import XLA_CPU_FIX
+from ..runtime.collect.gradients import XLA_CPU_FIX
+from ..runtime.engines.engine import running
 from . import basics
 from .basics import Average, check_process_set
 from .compression import Compression

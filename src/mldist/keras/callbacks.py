@@ -271,7 +271,7 @@ class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         """Mark each call of the model's step function (Keras made it before this hook)."""
-        from ..runtime import stall
+        from ..runtime.watch import stall
 
         inner = getattr(self.model, "train_function", None)
         # A fit that raised never ran on_train_end: take Keras's own function from under an old wrapper.
@@ -288,9 +288,9 @@ class StallWatch(keras.callbacks.Callback):  # type: ignore[misc]
         self._inner, self.model.train_function = inner, marked
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        from ..runtime import stall
+        from ..runtime.watch import stall
 
-        stall.step()  # the slow-rank line says its cost per step (mldist.runtime.straggler)
+        stall.step()  # the slow-rank line says its cost per step (mldist.runtime.watch.straggler)
         if self._token is not None:
             stall.end(self._token)
             self._token = None

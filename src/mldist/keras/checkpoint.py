@@ -23,7 +23,7 @@ from ..checkpoint.format import checkpoints, not_saved
 from ..checkpoint.manager import variables_of
 from ..errors import ConfigError
 from ..runtime import allreduce, compat
-from ..runtime.leave import leave
+from ..runtime.watch.leave import leave
 
 #: Exit code (EX_IOERR) of a training that ended with its last state on no disk: every save since some step
 #: failed (a full disk), and so did the final model. A rerun resumes from the newest checkpoint on disk.

@@ -18,10 +18,11 @@ from typing import Any
 
 from .. import runtime
 from ..errors import ConfigError
-from ..runtime import compat, worker
-from ..runtime.buckets import DEFAULT_BUCKET_BYTES, check_reduction
-from ..runtime.gradients import average_gradients
-from ..runtime.patches import VariableList
+from ..runtime import compat
+from ..runtime.collect.buckets import DEFAULT_BUCKET_BYTES, check_reduction
+from ..runtime.collect.gradients import average_gradients
+from ..runtime.start import worker
+from ..runtime.start.patches import VariableList
 
 
 class DistributedKeras3:

@@ -1,4 +1,4 @@
-"""``ProfileSteps``: the timeline of chosen training steps on every rank (``mldist.runtime.profiling``).
+"""``ProfileSteps``: the timeline of chosen training steps on every rank (``mldist.runtime.collect.profiling``).
 
 TensorFlow's profiler on KERAS_BACKEND=tensorflow, JAX's on KERAS_BACKEND=jax.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import keras
 
-from ..runtime.profiling import StepProfiler, trace_dir
+from ..runtime.collect.profiling import StepProfiler, trace_dir
 
 
 class ProfileSteps(keras.callbacks.Callback):  # type: ignore[misc]

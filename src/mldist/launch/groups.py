@@ -100,7 +100,7 @@ def pump(
     stream.close()
 
 
-#: How a worker's one-line reason for leaving starts (mldist.runtime.leave).
+#: How a worker's one-line reason for leaving starts (mldist.runtime.watch.leave).
 ERROR_LINE = b"mldist: error"
 #: Where the launcher tells workers to leave their last words, and which engine it decided.
 NOTES, ENGINE = envvalues.NOTES.name, envvalues.ENGINE.name

@@ -125,7 +125,7 @@ def worker_env(
             envvalues.LOCAL_SIZE.name: str(cfg.nprocs),
             envvalues.NODE_RANK.name: "0",
             envvalues.WORKERS.name: ",".join(workers),
-            envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
+            envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watch.watchdog)
         }
     )
     env.update(binding_env(cfg))

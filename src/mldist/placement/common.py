@@ -7,7 +7,7 @@ address as JAX's coordinator; rank 0 also gets ``JAX_COORDINATOR_BIND_ADDRESS``,
 coordinator listens on that address only (JAX's default is every interface). JAX's conventional
 three, ``JAX_COORDINATOR_ADDRESS`` (where known), ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``: many
 scripts read them, and mldist's detector makes ``jax.distributed.initialize()`` with no arguments
-form the group from them (:mod:`mldist.runtime.jax_init`).
+form the group from them (:mod:`mldist.runtime.engines.jax_init`).
 
 ``TF_CONFIG`` when asked (``MLDIST_TF_CONFIG=1``: ``mldist run --tf-config``, ``mldist submit
 --tf-config``): scripts written for ``tf.distribute.MultiWorkerMirroredStrategy`` read it.
@@ -37,7 +37,7 @@ NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 KERAS = ("KERAS_DISTRIBUTION_JOB_ADDRESSES", "KERAS_DISTRIBUTION_NUM_PROCESSES", "KERAS_DISTRIBUTION_PROCESS_ID")
 JAX_BIND = "JAX_COORDINATOR_BIND_ADDRESS"
 #: JAX's conventional ones: rank 0's ``host:port``, the process count, this process's id (JAX itself reads
-#: only the first; :mod:`mldist.runtime.jax_init` reads them for ``jax.distributed.initialize()``).
+#: only the first; :mod:`mldist.runtime.engines.jax_init` reads them for ``jax.distributed.initialize()``).
 JAX = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 #: Open MPI settings of every worker of two or more. libnbc, which runs MPI_Iallreduce, picks a binomial
 #: reduce to rank 0 then a broadcast from it for fewer than 4 ranks or an in-place call (the engine's
@@ -45,8 +45,8 @@ JAX = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 #: (3: a reduce-scatter, then an allgather, halves each way at once) moves it once. Measured on 2 hosts
 #: over a 1 Gbit/s link: the example CNN went 1,910 -> 3,837 images/s per worker, the bare blocking
 #: prototype's 3,799. Counts below the largest power of two of the ranks fall back to a ring; the
-#: engine keeps those blocking (``mldist.runtime.mpi_join.allreduce``). Ignored by other MPIs.
-#: MPI_Ireduce (the hierarchical all-reduce's reduce on a node, :mod:`mldist.runtime.mpi_tiers`) as a binomial
+#: engine keeps those blocking (``mldist.runtime.engines.mpi_join.allreduce``). Ignored by other MPIs.
+#: MPI_Ireduce (the hierarchical all-reduce's reduce on a node, :mod:`mldist.runtime.engines.mpi_tiers`) as a binomial
 #: tree (2): libnbc's default for 2 ranks on one host took 33 ms for 1.4 MB and 211 ms for 14 MB, the
 #: binomial 0.4 ms and 12 ms.
 MPI_TUNING = {"OMPI_MCA_coll_libnbc_iallreduce_algorithm": "3", "OMPI_MCA_coll_libnbc_ireduce_algorithm": "2"}

@@ -1,9 +1,15 @@
-"""Inside a worker, bottom to top: the process context (context), the one exit path
-(leave), failure explanations (failures), the stalled-collective watch (stall), the
-watch on the launcher (watchdog), the engines behind one interface (engine; mpi_engine and its
-world in mpi_world, with mpi_exit, mpi_join and subsets, tf_engine, jax_engine),
-``init`` (worker), collectives and gradient averaging, and the timelines of chosen
-steps on every rank (profiling); private TensorFlow/Keras accesses live in compat.
+"""Inside a worker. Four rooms, bottom to top, each importing only the ones below it and the two
+shared modules here (``context``: the process's settings and placement; ``compat``: private
+TensorFlow/Keras accesses):
+
+- :mod:`~mldist.runtime.watch`: who is late and where (the stalled-collective watch, its verdict
+  and lines, the straggler tracker, the launcher watchdog, failure explanations, the one exit path);
+- :mod:`~mldist.runtime.engines`: the engines behind one interface (MPI, TensorFlow collectives, JAX);
+- :mod:`~mldist.runtime.start`: ``init`` and the start-up hook's work, and every process-wide change
+  (``patches.PATCHES``);
+- :mod:`~mldist.runtime.collect`: collectives, buckets, gradient averaging and step timelines.
+
+``hook/`` is the ``sitecustomize`` a worker's Python starts with; it imports :mod:`~mldist.runtime.start`.
 
 Example::
 
@@ -20,30 +26,30 @@ from typing import Any
 #: :func:`__getattr__` imports each name on first use (``if TYPE_CHECKING`` would hide them from the reference).
 _READ_ONLY = False
 if _READ_ONLY:
-    from .collectives import allgather, allreduce, broadcast
-    from .gradients import DistributedGradientTape, average_gradients
-    from .stall import stall_watch
-    from .worker import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
+    from .collect.collectives import allgather, allreduce, broadcast
+    from .collect.gradients import DistributedGradientTape, average_gradients
+    from .start.worker import Context, context, current, init, is_chief, local_rank, local_size, rank, size, strategy
+    from .watch.stall import stall_watch
 
 #: Public name -> the module that defines it, imported on first use: ``import mldist`` stays a few modules
 #: (each of 10,000 ranks reads every module it imports from the shared file system).
 _WHERE = {
-    "Context": "worker",
-    "DistributedGradientTape": "gradients",
-    "allgather": "collectives",
-    "allreduce": "collectives",
-    "average_gradients": "gradients",
-    "broadcast": "collectives",
-    "context": "worker",
-    "current": "worker",
-    "init": "worker",
-    "is_chief": "worker",
-    "local_rank": "worker",
-    "local_size": "worker",
-    "rank": "worker",
-    "size": "worker",
-    "stall_watch": "stall",
-    "strategy": "worker",
+    "Context": "start.worker",
+    "DistributedGradientTape": "collect.gradients",
+    "allgather": "collect.collectives",
+    "allreduce": "collect.collectives",
+    "average_gradients": "collect.gradients",
+    "broadcast": "collect.collectives",
+    "context": "start.worker",
+    "current": "start.worker",
+    "init": "start.worker",
+    "is_chief": "start.worker",
+    "local_rank": "start.worker",
+    "local_size": "start.worker",
+    "rank": "start.worker",
+    "size": "start.worker",
+    "stall_watch": "watch.stall",
+    "strategy": "start.worker",
 }
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 A TensorFlow, Keras, JAX or Python upgrade that renames one of these breaks here, and
 only here. Each function says what it reaches into and why there is no
-public way. What mldist replaces process-wide is listed in :mod:`mldist.runtime.patches`.
+public way. What mldist replaces process-wide is listed in :mod:`mldist.runtime.start.patches`.
 
 Example::
 

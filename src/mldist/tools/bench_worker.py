@@ -89,11 +89,11 @@ def _step_function(tf: Any, model: Any, opt: Any, data: Any, target: Any) -> Any
 
 
 def _profiled(step: Any) -> Any:
-    """``step`` recorded by :class:`mldist.runtime.profiling.StepProfiler` when ``MLDIST_PROFILE_STEPS`` is set.
+    """``step`` recorded by :class:`mldist.runtime.collect.profiling.StepProfiler` when ``MLDIST_PROFILE_STEPS`` is set.
 
     Steps count every call from 0: the first (building) step and the warm-up included.
     """
-    from ..runtime.profiling import StepProfiler
+    from ..runtime.collect.profiling import StepProfiler
 
     profiler = StepProfiler.from_env()
     if profiler is None:

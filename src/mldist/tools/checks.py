@@ -198,7 +198,7 @@ def directory_problem(path: Path) -> str:
 def check_files(env: Mapping[str, str]) -> list[Result]:
     """The run directory (``MLDIST_RUN_DIR``; else ``MLDIST_RUNS_DIR`` or ``runs``, where run directories
     are made) can be written, and this rank's port is free."""
-    from ..runtime.tf_engine import check_port_free
+    from ..runtime.engines.tf_engine import check_port_free
 
     results: list[Result] = []
     named = (n for n in (envvalues.RUN_DIR.name, envvalues.RUNS_DIR.name) if env.get(n))

@@ -92,7 +92,7 @@ def check_mpi(env: Mapping[str, str]) -> Check:
             "mpi4py is not installed: CPU workers fall back to TensorFlow's RING engine",
             "pip install 'mldist[cpu]' (or build mpi4py against the site's MPI)",
         )
-    from ..runtime.worker import gather_here
+    from ..runtime.start.worker import gather_here
 
     try:
         placement = detect(env)

@@ -34,8 +34,8 @@ from ..placement import Placement, backend, build_cluster_spec, detect, handed, 
 from ..placement.engines import LAUNCHER, Handed, decide, requested_engine
 from ..placement.proxies import worker_no_proxy
 from ..placement.resources import cpu_probe, openmp_defaults, physical_gpu_id, thread_plan
-from ..runtime.engine import mpi_allgather_hosts
-from ..runtime.worker import gather_here
+from ..runtime.engines.engine import mpi_allgather_hosts
+from ..runtime.start.worker import gather_here
 
 #: Variables worth showing when set, by whole name. TensorFlow's are named one by one: a ``TF_``
 #: prefix would also take Terraform's (TF_CLI_CONFIG_FILE, TF_VAR_*, TF_LOG).

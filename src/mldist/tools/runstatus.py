@@ -5,7 +5,7 @@ whether the run goes on and how it ended: ``config.json`` from the start (the la
 host, the start time), ``summary.json`` from the end (status, exit code of the run and of each
 rank, restarts, when), RunLog's ``training.json`` the progress of ``fit``
 (:mod:`mldist.base.training`) and rank 0's ``straggler.json`` the slow-rank line
-(:func:`mldist.runtime.straggler_watch.status`). :func:`read` gathers them, :func:`line` (pure)
+(:func:`mldist.runtime.watch.straggler_watch.status`). :func:`read` gathers them, :func:`line` (pure)
 says them as the job form of ``mldist status`` does: no server, no network.
 
 Example:
@@ -27,7 +27,7 @@ from typing import Any
 from ..base import progress, training, untrusted
 from ..base.untrusted import CODE, COUNT, ISO_TIME, PID, TEXT, Kind, either, fields_of, list_of, optional, whole
 from ..errors import ConfigError
-from ..runtime import straggler_watch
+from ..runtime.watch import straggler_watch
 
 #: The files that make a folder a run directory: mldist run's records and RunLog's progress.
 MARKS = ("config.json", "summary.json", training.FILE)
@@ -59,7 +59,7 @@ class RunFiles:
         config: config.json (the launcher's record of the start).
         summary: summary.json (the end; ``{}`` when it is there but damaged: the run ended all the same).
         progress: training.json (RunLog on rank 0).
-        slow: the slow-rank text of :func:`mldist.runtime.straggler_watch.status` ("" when none).
+        slow: the slow-rank text of :func:`mldist.runtime.watch.straggler_watch.status` ("" when none).
         launcher_gone: config.json names a launcher on this host whose process is gone.
         problems: file name ("" for the directory) -> the line that says why it is there but cannot be used
             (another user's, damaged): its content is then None, never guessed.

@@ -1,4 +1,4 @@
-"""Where a training step's time goes, read from a merged timeline (``mldist.runtime.profiling``).
+"""Where a training step's time goes, read from a merged timeline (``mldist.runtime.collect.profiling``).
 
 The trace of ``--profile-steps A:B`` holds, per rank, the step function's runs on the
 Python thread and every op TensorFlow ran, or, for JAX, the step's dispatches on the Python
@@ -230,7 +230,7 @@ def _ms(p: dict[str, float]) -> dict[str, float]:
 
 
 def load(path: str | Path) -> list[dict[str, Any]]:
-    """The events of a (gzipped) Chrome trace written by :mod:`mldist.runtime.profiling`."""
+    """The events of a (gzipped) Chrome trace written by :mod:`mldist.runtime.collect.profiling`."""
     data = Path(path).read_bytes()
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)

@@ -1,6 +1,6 @@
 """After a batch job's step: the same never-formed line as ``mldist run``'s, into the batch log.
 
-The ranks' start-up hook (:mod:`mldist.runtime.startup`, on ``PYTHONPATH`` in the script) left
+The ranks' start-up hook (:mod:`mldist.runtime.start.startup`, on ``PYTHONPATH`` in the script) left
 one note each in the run directory's ``progress/``. Exit code 1 when the line applies and
 ``MLDIST_REQUIRE_GROUP=1``, else 0.
 

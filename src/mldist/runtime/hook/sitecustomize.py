@@ -3,12 +3,12 @@
 Python imports the first ``sitecustomize`` on its path at start-up. This one first imports the
 one it shadows (a distribution's or a site's), then looks, in the environment alone, whether this
 Python may be a worker: a launcher's rank variable is set, and it is not a Python that a worker
-started in turn. Only then does it import mldist and run :func:`mldist.runtime.startup.begin`:
+started in turn. Only then does it import mldist and run :func:`mldist.runtime.start.startup.begin`:
 the variables other tools read, filled in from mldist's placement where the launcher could not
 set them, and a note at exit on whether this worker joined a group. Any other Python (a tool, the
 job script's own ``python3``) pays for two look-ups, not for mldist's imports. Nothing here may
 stop the user's program: any failure is silent. ``MLDIST_HOOK=0`` (or ``no``, ``false``) switches
-it off; ``MLDIST_GROUP_NOTE=0`` only the note (see :mod:`mldist.runtime.patches`).
+it off; ``MLDIST_GROUP_NOTE=0`` only the note (see :mod:`mldist.runtime.start.patches`).
 """
 
 import os
@@ -64,7 +64,7 @@ def _may_be_a_worker() -> bool:
 _chain()
 if _may_be_a_worker():
     try:
-        from mldist.runtime import startup
+        from mldist.runtime.start import startup
 
         startup.begin(os.environ)
     except Exception:  # another Python without mldist, a broken install: the program runs as it would

@@ -1,0 +1,171 @@
+"""The MPI engine's world: its communicators, departures, abort and Horovod's join.
+
+:mod:`mldist.runtime.engines.mpi_engine` moves the bytes; this module holds what its collectives run
+over (a private duplicate of ``COMM_WORLD``, or a process set's communicator while one runs)
+and how a rank leaves that world: together at the end (:mod:`mldist.runtime.engines.mpi_exit`'s
+departures), alone on an error (``MPI_Abort``), or by joining (``hvd.join``).
+
+Example::
+
+    start()                                   # mldist.init() does this
+    comm = world()                            # what mldist.runtime.engines.subsets.split divides
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ...placement.hierarchy import Hierarchy, requested, tiers
+from ..watch import stall
+from ..watch.leave import TOGETHER, ending_code
+from . import mpi_join, mpi_wait
+from .mpi_exit import Departures
+
+
+class World:
+    """The engine's communicators (private duplicates of ``COMM_WORLD``) and departures."""
+
+    comm: Any = None
+    departures: Departures | None = None
+    #: The communicator of the collective running now: ``comm``, or a process set's (see :func:`watched`).
+    active: Any = None
+    #: The slow-rank account's rounds' own duplicate (:class:`mldist.runtime.watch.straggler_gather.MpiAside`).
+    aside: Any = None
+    #: Whether the world's all-reduces go through one rank per node (:func:`arrange`), and why.
+    hierarchy: Hierarchy | None = None
+    #: With ``hierarchy.on``: this node's ranks (``COMM_TYPE_SHARED``), and the node leaders' (None elsewhere).
+    node: Any = None
+    leaders: Any = None
+    #: A rank has joined (hvd.join) in the collective running now: its all-reduce goes flat, as joined ranks answer.
+    joined = False
+
+
+def start(comm: Any = None) -> Any:
+    """Take a private duplicate of ``comm`` (default ``COMM_WORLD``); collective: every rank calls it.
+
+    A duplicate keeps mldist's traffic apart from the user's own mpi4py calls; a second one
+    carries the departure messages (:mod:`mldist.runtime.engines.mpi_exit`), whose exit handler then
+    makes this rank wait for the others at the end instead of hanging in MPI_Finalize. Then it decides
+    whether the world's all-reduces go in tiers (:func:`arrange`).
+    """
+    if World.comm is None:
+        from mpi4py import MPI
+
+        world = comm or MPI.COMM_WORLD
+        mpi_wait.wait(world.Ibarrier())  # ranks start at different times; the early ones sleep here
+        World.comm = World.active = world.Dup()
+        World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
+        World.departures.watch()
+        World.aside = world.Dup()  # the slow-rank rounds, posted from the watch threads (straggler_gather)
+        atexit.register(_at_exit)
+        arrange(requested(os.environ))
+    return World.comm
+
+
+def arrange(setting: str) -> Hierarchy:
+    """Decide, once, whether the world's all-reduces are hierarchical; make the communicators they need.
+
+    Collective. The facts come from MPI itself, so every rank decides alike: the nodes are the
+    ``COMM_TYPE_SHARED`` groups (ranks that share memory), their count and the largest one are
+    all-reduced over the world. Where hierarchy is on, the node's communicator carries the reduce and
+    the broadcast (shared memory), and one made of each node's lowest rank the all-reduce between
+    nodes (:mod:`mldist.runtime.engines.mpi_tiers`).
+
+    Args:
+        setting: "auto", "on" or "off" (:func:`mldist.placement.hierarchy.requested`).
+    """
+    from mpi4py import MPI
+
+    if World.hierarchy is not None:
+        return World.hierarchy
+    comm = World.comm
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    leader = node.Get_rank() == 0
+    nodes = np.array([int(leader)], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, nodes, MPI.SUM)  # one leader per node
+    biggest = np.array([node.Get_size()], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, biggest, MPI.MAX)
+    World.hierarchy = tiers(setting, int(nodes[0]), int(biggest[0]))
+    if World.hierarchy.on:
+        leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
+        World.node, World.leaders = node, (None if leaders == MPI.COMM_NULL else leaders)
+    else:
+        node.Free()
+    return World.hierarchy
+
+
+def _at_exit() -> None:
+    """At interpreter exit: codes every rank takes together (0, 75) wait for the others (see mpi_exit)."""
+    code = ending_code()
+    if World.departures is not None and (code is None or code in TOGETHER):
+        World.departures.depart(0 if code is None else code)
+
+
+def aside(rank: int, size: int) -> Any:
+    """The slow-rank rounds: ``MPI_Igather`` on the world's duplicate kept for them (made at start)."""
+    from ..watch.straggler_gather import MpiAside
+
+    return MpiAside(World.aside, size)
+
+
+def abort(code: int) -> None:
+    """End every rank of the job now with ``code`` (after an error on this rank).
+
+    A plain exit would run MPI_Finalize, which waits for every rank: a peer blocked in a
+    collective with this rank would then wait forever, and so would this rank.
+    """
+    if World.comm is not None:
+        World.comm.Abort(code)
+
+
+def join() -> int:
+    """Horovod's join on this engine: answer the others' all-reduces until all have joined; the last to join."""
+    departures = World.departures
+    token: list[Any] = []
+
+    def begin() -> None:
+        if departures is not None:
+            departures.begin("join")
+        token.append(stall.begin("join"))
+
+    def end() -> None:
+        stall.end(token.pop())
+        if departures is not None:
+            departures.end()
+
+    return mpi_join.join_rounds(World.comm, World.comm.Get_rank(), begin, end)
+
+
+def world() -> Any:
+    """The engine's communicator of all ranks (:func:`mldist.runtime.engines.subsets.split` divides it)."""
+    return World.comm
+
+
+def watched(
+    body: Callable[..., list[np.ndarray[Any, Any]]], what: str, comm: Any = None
+) -> Callable[..., list[np.ndarray[Any, Any]]]:
+    """``body`` run over ``comm`` (a process set's; None: the world), marked as a collective in flight.
+
+    Only the world's collectives count for the departures (a process set's involve some ranks).
+    """
+
+    def run(*arrays: np.ndarray[Any, Any]) -> list[np.ndarray[Any, Any]]:
+        departures = World.departures if comm is None else None
+        if departures is not None:
+            departures.begin(what)
+        token = stall.begin(what)
+        World.active = comm or World.comm
+        try:
+            return body(*arrays)
+        finally:
+            World.active = World.comm
+            stall.end(token)
+            if departures is not None:
+                departures.end()
+
+    return run
