@@ -1,12 +1,15 @@
 """``mldist run`` through mpiexec: the workers share one MPI world for the MPI engine.
 
-mpiexec starts one ``mldist.launch.shim`` per rank; each shim starts the
+mpiexec starts one shim (``launch/shim.py``) per rank; each shim starts the
 worker in its own session, connects its output to the launcher's FIFOs and
 records its pid and exit code in a private run directory. The launcher then
-supervises the workers exactly as when it starts them itself.
+supervises the workers exactly as when it starts them itself. What each rank
+needs that the launcher can work out (its variables, streams, CPUs) the launcher
+writes once, one ``start-R`` file per rank, before mpiexec starts: the shim
+imports no mldist.
 
 Example:
-    >>> mpiexec_argv("/v/bin/mpiexec", "openmpi", 2, ["python", "-m", "mldist.launch.shim"])[:6]
+    >>> mpiexec_argv("/v/bin/mpiexec", "openmpi", 2, [*shim_argv("/tmp/r"), "python", "t.py"])[:6]
     ['/v/bin/mpiexec', '-n', '2', '--bind-to', 'none', '--map-by']
 """
 
@@ -27,6 +30,7 @@ from typing import IO
 from ..base import envvalues, joined
 from ..base.procs import die_with_parent, free_ports
 from ..errors import ConfigError, LaunchError
+from ..placement import common
 from .config import command_problem
 from .groups import Group
 from .procs import binding_env, run_env
@@ -52,12 +56,12 @@ def find_mpiexec(env: Mapping[str, str]) -> str | None:
         mldist.errors.ConfigError: MLDIST_MPIEXEC='/nonexistent/mpiexec' is not an executable program; give \
 the path of mpiexec (or its name on PATH), or unset MLDIST_MPIEXEC
     """
-    name = envvalues.MPIEXEC.name
-    if env.get(name):  # a site's own, or several MPIs installed
-        found = shutil.which(env[name], path=env.get("PATH"))
+    name, chosen = envvalues.MPIEXEC.name, envvalues.MPIEXEC.read(env)
+    if chosen:  # a site's own, or several MPIs installed
+        found = shutil.which(chosen, path=env.get("PATH"))
         if found is None or os.path.isdir(found):
             raise ConfigError(
-                f"{name}={env[name]!r} is not an executable program; give the path of mpiexec "
+                f"{name}={chosen!r} is not an executable program; give the path of mpiexec "
                 f"(or its name on PATH), or unset {name}"
             )
         return found
@@ -164,6 +168,57 @@ def mpiexec_env(base: Mapping[str, str], kind: str, extra: Mapping[str, str]) ->
     return env
 
 
+#: The per-rank shim, run by its path as ``python -I -S``: only the standard library, no site, no start-up hook.
+SHIM = Path(__file__).with_name("shim.py")
+
+
+def shim_argv(run_dir: str | Path) -> list[str]:
+    """The shim's command line before the worker's command.
+
+    Example:
+        >>> shim_argv("/tmp/r")[1:3], shim_argv("/tmp/r")[3].endswith("launch/shim.py"), shim_argv("/tmp/r")[4:]
+        (['-I', '-S'], True, ['/tmp/r', '--'])
+    """
+    return [sys.executable, "-I", "-S", str(SHIM), str(run_dir), "--"]
+
+
+def start_file(streams: Sequence[str], cpus: Sequence[int], env: Mapping[str, str]) -> bytes:
+    """What one rank's shim reads (``start-R``), NUL-separated: the worker's stdout, stderr ("" when it joins
+    stdout, a rank log) and stdin paths, its CPUs ("" for any), then its variables as ``NAME=value``.
+
+    Example:
+        >>> start_file(["/r/out-0", "/r/err-0", "/dev/null"], [0, 1], {"RANK": "0"})
+        b'/r/out-0\\x00/r/err-0\\x00/dev/null\\x000,1\\x00RANK=0\\x00'
+    """
+    fields = [*streams, ",".join(map(str, cpus)), *(f"{name}={value}" for name, value in env.items())]
+    return b"".join(os.fsencode(field) + b"\0" for field in fields)
+
+
+def rank_variables(env: Mapping[str, str], rank: int, n: int, workers: Sequence[str], cpus: int) -> dict[str, str]:
+    """One rank's variables on this host (the shim sets those mpiexec's environment ``env`` lacks).
+
+    Args:
+        env: the environment mpiexec passes to every rank.
+        rank, n: the rank and the number of ranks (all on this host).
+        workers: ``host:port`` of every rank (TensorFlow's engine, should the workers want it).
+        cpus: how many CPUs the rank is bound to (0: unbound).
+
+    Example:
+        >>> got = rank_variables({}, 1, 2, ["h:1", "h:2"], 2)
+        >>> got["RANK"], got["LOCAL_RANK"], got["WORLD_SIZE"], got["OMP_NUM_THREADS"]
+        ('1', '1', '2', '2')
+    """
+    own = {
+        envvalues.RANK.name: str(rank),
+        envvalues.SIZE.name: str(n),
+        envvalues.LOCAL_RANK.name: str(rank),
+        envvalues.LOCAL_SIZE.name: str(n),
+        envvalues.NODE_RANK.name: "0",
+    }
+    own |= common.for_tools({**env, **own}, rank, n, rank, n, workers)
+    return own | ({"OMP_NUM_THREADS": str(cpus)} if cpus and "OMP_NUM_THREADS" not in env else {})
+
+
 def _opener(fifo: Path) -> Callable[[], IO[bytes]]:
     """Opens ``fifo`` when called (in the pump's thread: it blocks until the shim opens the other end)."""
     return lambda: open(fifo, "rb")
@@ -215,13 +270,13 @@ class MpiexecGroup(Group):
             raise LaunchError(problem)
         kind = flavour(found)
         self.run_dir = Path(tempfile.mkdtemp(prefix="mldist-run-"))
-
+        workers = [f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)]
         extra = {
             **run_env(cfg, self.run_id, self.restart),
             **binding_env(cfg),
-            envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watchdog)
+            envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watch.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
-            envvalues.WORKERS.name: ",".join(f"127.0.0.1:{p}" for p in free_ports(cfg.nprocs)),
+            envvalues.WORKERS.name: ",".join(workers),
             **self.launch_env(),
         }
         if kind == "openmpi" and "PRTE_MCA_prte_tmpdir_base" not in self.env:
@@ -229,21 +284,18 @@ class MpiexecGroup(Group):
             # killed prterun leaves /tmp/ompi.<pid> behind, and a later prterun that gets the same
             # pid cannot start its PMIx listener ("The PMIx server's listener thread failed to start").
             extra["PRTE_MCA_prte_tmpdir_base"] = str(self.run_dir)
-        if sets := self.cpu_sets():
-            extra[envvalues.CPU_SETS.name] = ";".join(",".join(map(str, s)) for s in sets)
         if cfg.log_dir:
             os.makedirs(cfg.log_dir, exist_ok=True)
             extra[envvalues.LOG_DIR.name] = os.path.abspath(cfg.log_dir)
-        for rank in range(cfg.nprocs if not cfg.log_dir else 0):
-            for stream in ("out", "err"):
-                os.mkfifo(self.run_dir / f"{stream}-{rank}", 0o600)
-        shim = [sys.executable, "-m", "mldist.launch.shim", str(self.run_dir), "--", *cfg.command]
+        env = mpiexec_env(self.env, kind, extra)
+        env.pop(joined.SKIP_ENV)  # the shim runs no site (python -I -S): the worker gets the start-up hook
+        self._rank_files(env, workers)
         self.net = self._network()
-        argv = mpiexec_argv(found, kind, cfg.nprocs, shim, cfg.mpi_args)
+        argv = mpiexec_argv(found, kind, cfg.nprocs, [*shim_argv(self.run_dir), *cfg.command], cfg.mpi_args)
         with open(self.run_dir / "mpiexec.log", "wb") as log:
             self.mpiexec = subprocess.Popen(
                 self.net.enter(argv) if self.net else argv,
-                env=mpiexec_env(self.env, kind, extra),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -255,6 +307,24 @@ class MpiexecGroup(Group):
             if not cfg.log_dir:
                 out, err = (self.run_dir / f"{s}-{rank}" for s in ("out", "err"))
                 self.add_pumps(rank, _opener(out), _opener(err))
+
+    def _rank_files(self, env: Mapping[str, str], workers: Sequence[str]) -> None:
+        """Each rank's FIFOs (none with ``--log-dir``) and the ``start-R`` its shim reads (:func:`start_file`):
+        done once here, not in each rank. Rank 0's stdin is this launcher's own (as mpirun gives it), read
+        through ``/proc``: Open MPI 5's forwarding of stdin loses it."""
+        assert self.run_dir is not None
+        cfg = self.cfg
+        sets = self.cpu_sets() or [[] for _ in range(cfg.nprocs)]
+        for rank in range(cfg.nprocs):
+            if cfg.log_dir:  # stdout and stderr appended to one log
+                streams = [os.path.join(os.path.abspath(cfg.log_dir), f"rank-{rank}.log"), ""]
+            else:
+                streams = [str(self.run_dir / f"{stream}-{rank}") for stream in ("out", "err")]
+                for fifo in streams:
+                    os.mkfifo(fifo, 0o600)
+            stdin = f"/proc/{os.getpid()}/fd/0" if rank == 0 else os.devnull
+            own = rank_variables(env, rank, cfg.nprocs, workers, len(sets[rank]))
+            (self.run_dir / f"start-{rank}").write_bytes(start_file([*streams, stdin], sets[rank], own))
 
     def blame(self, rank: int, code: int, early: list[int]) -> str:
         """The first failure; when mpiexec ended before any rank started, mpiexec's own words first."""
