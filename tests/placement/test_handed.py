@@ -136,7 +136,7 @@ def test_init_decodes_the_decision_once() -> None:
         "    calls.append(text)\n"
         "    return real(text)\n"
         "handed.decode = counted\n"
-        "from mldist.runtime import worker\n"
+        "from mldist.runtime.start import worker\n"
         "worker._collectives = lambda tf, placement, decision: (None, ())\n"
         "ctx = mldist.init()\n"
         "print(len(calls), ctx.decision.by)\n"
