@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import PY, ROOT, check, clean_env, mldist, run_py
-from mldist.base import joined
+from mldist.base import joined, processwide
 from mldist.placement.detect import LAUNCHERS
 from mldist.runtime.start import patches, startup
 from mldist.runtime.watch import failures, leave
@@ -45,15 +45,114 @@ def test_only_the_patches_module_replaces_what_others_own() -> None:
     found = {
         (str(path.relative_to(SRC)), target)
         for path in SRC.rglob("*.py")
-        if path.name != "patches.py"
+        if path.name not in {"patches.py", "processwide.py"}
         for target in _assignments(path)
     }
     assert found == NOT_PATCHES, (
         f"install it in mldist.runtime.start.patches, with a PATCHES entry: {found - NOT_PATCHES}"
     )
-    assert {"sys.excepthook", "sys.exit", "jax.distributed.initialize"} <= set(
-        _assignments(SRC / "runtime" / "start" / "patches.py")
+    assert {"sys.exit", "jax.distributed.initialize"} <= set(_assignments(SRC / "runtime" / "start" / "patches.py"))
+    assert {"sys.excepthook"} <= set(_assignments(SRC / "base" / "processwide.py"))
+
+
+#: Where a worker's process-wide changes are made (each listed in its PATCHES), and mldist.preempt's opt-in
+#: handlers, which users install themselves.
+THE_ONE_PLACE = {"base/processwide.py", "preempt.py"}
+#: The launcher's side: it changes its own process, never a worker's.
+LAUNCHER_SIDE = ("launch/", "cli/", "tools/")
+#: Calls that change the process, by their spelling.
+CHANGING_CALLS = {"atexit.register", "signal.signal", "os.putenv", "os.unsetenv", "signal.siginterrupt"}
+#: Mutable process-wide lists and mappings: a call of one of :data:`MUTATORS` on them, or a subscript write.
+PROCESS_WIDE = {"os.environ", "environ", "sys.meta_path", "sys.path_hooks"}
+MUTATORS = {"insert", "append", "extend", "remove", "pop", "popitem", "clear", "update", "setdefault", "__setitem__"}
+#: Hooks of Python's that an assignment replaces.
+HOOKS = {"sys.excepthook", "threading.excepthook", "sys.unraisablehook", "sys.meta_path", "sys.path_hooks"}
+
+
+def _process_wide_changes(path: Path) -> list[str]:
+    """Each exit handler, signal handler, logger filter, environment write, import hook or excepthook ``path``
+    installs other than through :mod:`mldist.base.processwide` (``environ``: a parameter holding ``os.environ``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            owner = func.rsplit(".", 1)[0] if isinstance(node.func, ast.Attribute) else ""
+            method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if func in CHANGING_CALLS or method == "addFilter" or (owner in PROCESS_WIDE and method in MUTATORS):
+                found.append(func)
+        targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else []
+        targets += [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        for target in targets:
+            written = ast.unparse(target.value) if isinstance(target, ast.Subscript) else None
+            if ast.unparse(target) in HOOKS or written in PROCESS_WIDE:
+                found.append(ast.unparse(target))
+    return found
+
+
+def test_process_wide_changes_in_a_worker_go_through_the_one_place() -> None:
+    """In the code that runs inside a worker, every process-wide change is made by mldist.base.processwide,
+    which lists it in PATCHES with its reason and switch."""
+    found = {
+        f"{rel}: {change}"
+        for path in SRC.rglob("*.py")
+        if not (rel := str(path.relative_to(SRC))).startswith(LAUNCHER_SIDE) and rel not in THE_ONE_PLACE
+        for change in _process_wide_changes(path)
+    }
+    assert not found, f"make it with mldist.base.processwide, and give it a PATCHES entry: {sorted(found)}"
+    assert {"atexit.register", "signal.signal", "sys.excepthook", "sys.meta_path.insert"} <= set(
+        _process_wide_changes(SRC / "base" / "processwide.py")
     )
+
+
+def test_the_process_wide_scan_finds_each_kind(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import atexit, os, signal, sys\n"
+        "atexit.register(print)\nsignal.signal(signal.SIGTERM, print)\nsys.excepthook = print\n"
+        "sys.meta_path.insert(0, None)\nos.environ['A'] = '1'\nos.environ.update(A='1')\n"
+        "os.environ.setdefault('A', '1')\ndel os.environ['A']\nenviron['B'] = '2'\n"
+        "logging.getLogger('tensorflow').addFilter(None)\n"
+        "os.environ.get('A'); env['A'] = '1'; print(sys.meta_path)\n"
+    )
+    assert sorted(_process_wide_changes(sample)) == sorted(
+        [
+            "atexit.register",
+            "signal.signal",
+            "sys.excepthook",
+            "sys.meta_path.insert",
+            "os.environ['A']",
+            "os.environ.update",
+            "os.environ.setdefault",
+            "os.environ['A']",
+            "environ['B']",
+            "logging.getLogger('tensorflow').addFilter",
+        ]
+    )
+
+
+def test_each_process_wide_change_names_an_entry_of_the_table() -> None:
+    """The target each call of mldist.base.processwide names is a PATCHES entry (a new one needs its reason)."""
+    makers = {"at_exit", "on_signal", "set_env", "env_default", "update_env", "log_filter", "import_hook", "excepthook"}
+    named = set()
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        strings = {
+            ast.unparse(n.targets[0]): n.value.value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in makers and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) or ast.unparse(first) in strings:
+                    named.add(first.value if isinstance(first, ast.Constant) else strings[ast.unparse(first)])
+    assert named - processwide.TARGETS == set()
+    assert len(named) > 15
+
+
+def test_a_change_the_table_does_not_list_is_refused() -> None:
+    with pytest.raises(LookupError, match=r"not in mldist\.base\.processwide\.PATCHES"):
+        processwide.set_env("os.environ: something new", "A", "1", {})
 
 
 def test_the_scan_finds_a_patch(tmp_path: Path) -> None:
@@ -85,7 +184,8 @@ def test_the_runtime_patches_install_what_they_list(monkeypatch: pytest.MonkeyPa
 #: At exit: the code ``sys.exit`` ended the interpreter with, as mldist's exit handler reads it.
 ENDING = """
 import atexit, sys
-from mldist.runtime import leave, patches
+from mldist.runtime.start import patches
+from mldist.runtime.watch import leave
 patches.exit_codes()
 atexit.register(lambda: print("ENDING", leave.ending_code(), flush=True))
 try:

@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -33,6 +32,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import processwide
 
 #: How often a node's file in the shared folder is rewritten (seconds), whatever the job's size.
 NODE_SECONDS = 1.0
@@ -182,7 +183,8 @@ class Node:
         wait = self.flush(now, rank)
         if wait > 0 and self.defer and self._timer is None:  # not due yet: this record goes in when it is
             if not self._timers:
-                atexit.register(self._at_exit)  # or at this process's exit, whichever comes first
+                # or at this process's exit, whichever comes first
+                processwide.at_exit("atexit: the node file's last record", self._at_exit)
             self._timers += 1
             self._timer = threading.Timer(wait, self._deferred)
             self._timer.daemon = True

@@ -27,6 +27,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from ..base import processwide
 from ..runtime.start import patches
 from ..runtime.watch import failures
 from . import RefusedModule
@@ -102,7 +103,7 @@ def install() -> None:
     answer Keras 2's ``opt.variables()`` as Horovod's TF2 examples call it
     (:func:`mldist.runtime.start.patches.keras2_variables`: when the script imports Keras)."""
     if not installed():
-        sys.meta_path.insert(0, _HorovodAlias())
+        processwide.import_hook("sys.meta_path: horovod", _HorovodAlias())
     patches.keras2_variables()
 
 

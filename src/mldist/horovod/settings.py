@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import runtime
+from ..base import processwide
 from ..errors import ConfigError
 from ..runtime.collect.buckets import DEFAULT_BUCKET_BYTES
 from ..runtime.collect.profiling import Recording
@@ -78,7 +78,7 @@ def apply(env: Mapping[str, str]) -> None:
         print(f"mldist: {', '.join(names)} have no effect in mldist (Horovod tuning)", file=sys.stderr, flush=True)
     if env.get("HOROVOD_TIMELINE") and _timeline["active"] is None:
         start_timeline(env["HOROVOD_TIMELINE"])
-        atexit.register(_stop_at_exit)
+        processwide.at_exit("atexit: Horovod's timeline", _stop_at_exit)
 
 
 def _stop_at_exit() -> None:

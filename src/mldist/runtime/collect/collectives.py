@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ...base import processwide
 from ...errors import ConfigError, UnsupportedError
 from .. import compat
 from ..context import Context
@@ -188,9 +189,11 @@ class _QuietOwnTracing(logging.Filter):
 
 
 def _quiet_own_tracing() -> None:
-    logger = logging.getLogger("tensorflow")
-    if not any(isinstance(f, _QuietOwnTracing) for f in logger.filters):
-        logger.addFilter(_QuietOwnTracing())
+    processwide.log_filter(_QUIET, "tensorflow", _QuietOwnTracing)
+
+
+#: Its entry in :data:`mldist.base.processwide.PATCHES`.
+_QUIET = "logging: TensorFlow's retracing warnings of mldist's collectives"
 
 
 def _in_graph(key: tuple[Any, ...], fn: Any, *args: Any) -> Any:

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from ...base import processwide
 from ...errors import DetectionError, UnsupportedError
 from ...placement import Placement, common, detect, no_discovery
 from ...placement.engines import COMMUNICATIONS, MpiWorld, mpi_problem
@@ -252,7 +253,7 @@ def probe_mpi(env: Mapping[str, str]) -> MpiWorld | str | None:
     if not any(name in env for name in MPI_MARKERS):
         return None
     if "mpi4py.MPI" not in sys.modules:  # MPI reads its settings once, as it starts (a bare mpirun: no hook)
-        os.environ.update(common.added(os.environ, common.MPI_TUNING))
+        processwide.update_env("os.environ: MPI's tuning", common.added(os.environ, common.MPI_TUNING))
     try:
         from mpi4py import MPI
     except ImportError:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ...base import envvalues
+from ...base import envvalues, processwide
 from ...errors import CollectiveMismatch, ConfigError, MldistError
 from ...placement import Placement, build_cluster_spec
 from ...placement.proxies import worker_no_proxy
@@ -152,7 +152,7 @@ class JaxEngine(WholeWorld):
 
     def prepare(self, placement: Placement, plan: ThreadPlan, env: Mapping[str, str]) -> int | None:
         """Before JAX starts: thread and collective settings; the pinned GPU (or None)."""
-        os.environ["XLA_FLAGS"] = xla_flags(os.environ.get("XLA_FLAGS", ""), plan)
+        processwide.set_env("os.environ: XLA_FLAGS", "XLA_FLAGS", xla_flags(os.environ.get("XLA_FLAGS", ""), plan))
         ids, gpu = _gpu_ids(placement, env)
         self._device_ids = ids
         import jax
@@ -177,7 +177,7 @@ class JaxEngine(WholeWorld):
             adopt(jax.process_index(), jax.process_count(), spec.rank, spec.size)
         else:
             # JAX's coordinator speaks gRPC, which would send it to a site's HTTP proxy.
-            os.environ.update(worker_no_proxy(os.environ, spec.workers))
+            processwide.update_env("os.environ: no_proxy", worker_no_proxy(os.environ, spec.workers))
             limits = jax_timeouts(os.environ)
             jax.distributed.initialize(
                 coordinator_address=spec.workers[0],

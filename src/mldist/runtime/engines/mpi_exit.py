@@ -26,11 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from ...base import processwide
 from ..watch.leave import leave
 
 TAG = 75
 POLL_SECONDS = 0.2
 _WAIT_SECONDS = 0.02
+#: Its entry in mldist.base.processwide.PATCHES: the stop signals' defaults while a rank departs.
+_DEFAULTS = "signal: SIGTERM and SIGINT to their defaults while departing"
 
 
 def departed_message(rank: int, code: int, ran: int, what: str) -> str:
@@ -133,7 +136,7 @@ class Departures:
         # A stop signal must end the wait at once (a Python flag handler, e.g. preemption's, would not).
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, signal.SIG_DFL)
+                processwide.on_signal(_DEFAULTS, sig, signal.SIG_DFL)
         self._payload[:] = (code, self.started)
         self._sent = [self.comm.Isend(self._payload, peer, TAG) for peer in told(self.rank, self.size)]
         barrier = self.comm.Ibarrier()

@@ -13,13 +13,13 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ...base import processwide
 from ...placement.hierarchy import Hierarchy, requested, tiers
 from ..watch import stall
 from ..watch.leave import TOGETHER, ending_code
@@ -62,7 +62,7 @@ def start(comm: Any = None) -> Any:
         World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
         World.departures.watch()
         World.aside = world.Dup()  # the slow-rank rounds, posted from the watch threads (straggler_gather)
-        atexit.register(_at_exit)
+        processwide.at_exit("atexit: MPI's departures", _at_exit)
         arrange(requested(os.environ))
     return World.comm
 

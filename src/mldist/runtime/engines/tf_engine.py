@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ...base import processwide
 from ...errors import ConfigError, LaunchError, RuntimeStateError
 from ...placement import ClusterSpec, Placement, build_cluster_spec
 from ...placement.proxies import worker_no_proxy
@@ -63,7 +64,7 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
     if communication == "nccl" and not has_gpu:
         raise ConfigError("communication='nccl' needs a GPU on every worker; use 'ring' on CPUs")
     check_port_free(spec.address)
-    os.environ["TF_CONFIG"] = spec.tf_config()
+    processwide.set_env("os.environ: TF_CONFIG", "TF_CONFIG", spec.tf_config())
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=impl.NCCL if communication == "nccl" else impl.RING
     )
@@ -74,14 +75,14 @@ def start(tf: Any, spec: ClusterSpec, communication: str, has_gpu: bool) -> tupl
         # TensorFlow's coordination service installs a SIGTERM handler that only logs, so a
         # worker would ignore scancel, `mldist run`'s forwarding and every launcher's stop
         # until SIGKILL. Put back what was there (mldist.preempt installs its own later).
-        signal.signal(signal.SIGTERM, previous)
+        processwide.on_signal("signal: SIGTERM back from TensorFlow", signal.SIGTERM, previous)
     return strategy, communication
 
 
 def start_for(tf: Any, placement: Placement, communication: str) -> tuple[Any, tuple[str, ...]]:
     """Find every rank's address (over MPI where the launcher gives none), keep proxies off them, start."""
     spec = build_cluster_spec(placement, os.environ, mpi_allgather_hosts)
-    os.environ.update(worker_no_proxy(os.environ, spec.workers))
+    processwide.update_env("os.environ: no_proxy", worker_no_proxy(os.environ, spec.workers))
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
     strategy, _ = start(tf, spec, communication, has_gpu)
     return strategy, spec.workers

@@ -1,13 +1,15 @@
-"""Everything mldist changes process-wide in a worker, in one list: what, why, and the switch of each.
+"""The runtime's replacements of what other libraries (or Python) own, installed as :data:`PATCHES` lists them.
 
-Replacing what another library (or Python) owns is a last resort: each entry of :data:`PATCHES` names
+Replacing what another library owns is a last resort: each entry of :data:`PATCHES`
+(:mod:`mldist.base.processwide`, where every process-wide change of a worker is listed and made) names
 the target, the module that keeps the replacement's logic, why no public way serves, and when it is
 installed (its switch). The functions below install the runtime's entries, each in one place, and
 record it (:func:`installed`); ``mldist.init()`` calls them. The start-up hook's entries are
 installed by the launcher (``PYTHONPATH``: :func:`mldist.base.joined.with_hook`) and
 :mod:`mldist.runtime.start.startup`. Private reads (no replacement) are in :mod:`mldist.runtime.compat`.
 tests/runtime/test_patches.py checks that no other module assigns to ``sys``, ``jax``, ``tf`` or
-``keras`` attributes.
+``keras`` attributes, and that exit handlers, signal handlers, logger filters, environment writes and
+import hooks go through :mod:`mldist.base.processwide`.
 
 Example:
     >>> [p.target for p in PATCHES][:3]
@@ -16,7 +18,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import functools
 import importlib.machinery
 import os
@@ -26,148 +27,24 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ...base import processwide
+from ...base.processwide import PATCHES as PATCHES
+from ...base.processwide import Patch as Patch
+from ...base.processwide import installed as installed
 from .. import compat
 from ..watch import failures, leave
 
 
-@dataclass(frozen=True)
-class Patch:
-    """One process-wide change.
-
-    Args:
-        target: what is replaced or added to.
-        logic: the module (or function) that keeps the replacement's logic.
-        why: what goes wrong without it, and why no public way serves.
-        switch: when it is installed, and what turns it off.
-    """
-
-    target: str
-    logic: str
-    why: str
-    switch: str
-
-
-PATCHES: tuple[Patch, ...] = (
-    Patch(
-        "sys.excepthook",
-        "mldist.runtime.watch.failures.one_line_errors",
-        "an uncaught exception is one line naming the rank (a known one without its traceback); with 2+ "
-        "workers the rank then leaves, so that the others do not wait for it in a collective",
-        "mldist.init(), in every worker; a hook the script sets after init() replaces it",
-    ),
-    Patch(
-        "sys.exit, atexit",
-        "mldist.runtime.watch.leave (sys_exit, Exit, at_exit)",
-        "a sys.exit(n) on one rank ends the group naming the rank, where the others would wait in a "
-        "collective or in MPI_Finalize; Python hands the exit code to no hook",
-        "mldist.init() with 2+ workers",
-    ),
-    Patch(
-        "jax.distributed.initialize",
-        "mldist.runtime.engines.jax_engine.joined",
-        "Keras's initialize() calls it again after mldist.init() formed JAX's group, and JAX allows one call",
-        "mldist.init() on KERAS_BACKEND=jax with 2+ workers, when it formed JAX's group (not when the script did)",
-    ),
-    Patch(
-        "autograph's conversion rules",
-        "mldist.runtime.compat.never_convert",
-        "autograph would rewrite mldist's collectives inside a user's tf.function, reading their source at "
-        "trace time; no public call adds a package to its do-not-convert list",
-        "mldist.init() on TensorFlow",
-    ),
-    Patch(
-        "sys.meta_path: TensorFlow on import",
-        "mldist.runtime.start.tf_start.later",
-        "a script that calls mldist.init() before it imports TensorFlow gets the thread pools and autograph's "
-        "rule when it does; importing TensorFlow in init would cost a numpy worker ~30,000 file-system calls",
-        "mldist.init() on KERAS_BACKEND=tensorflow when the script has not imported TensorFlow or Keras",
-    ),
-    Patch(
-        "PYTHONPATH: a sitecustomize",
-        "mldist.runtime.start.startup.fill (runtime/hook/sitecustomize.py)",
-        "the ranks of a batch job, which the launcher cannot reach one by one, get RANK, WORLD_SIZE, "
-        "KERAS_DISTRIBUTION_* and the rest for scripts that never call mldist",
-        "the workers of mldist's launchers; MLDIST_HOOK=0 turns the whole hook off (the note too)",
-    ),
-    Patch(
-        "sys.meta_path: jax.distributed on import",
-        "mldist.runtime.start.patches.AfterImport",
-        "the two entries below must be made when the script imports JAX, and importing JAX in the hook "
-        "would cost every worker that never uses it about a second; Python has no post-import hook",
-        "the start-up hook, in workers of 2+; MLDIST_HOOK=0 turns the whole hook off",
-    ),
-    Patch(
-        "jax._src.clusters: mldist's detector, first",
-        "mldist.runtime.engines.jax_init.Finder (mldist.runtime.compat.add_jax_cluster)",
-        "jax.distributed.initialize() with no arguments finds no group under mldist run, -H, PBS, Cobalt or "
-        "Open MPI 5; JAX's detectors are private subclasses, and none reads JAX_NUM_PROCESSES or JAX_PROCESS_ID",
-        "the start-up hook, in workers of 2+, when the script imports JAX; MLDIST_HOOK=0 turns it off",
-    ),
-    Patch(
-        "jax.distributed.initialize: cluster defaults",
-        "mldist.runtime.engines.jax_init.with_cluster_defaults",
-        "JAX's own timeouts (300 s to join, 100 s for a silent peer, 300 s at the exit barrier) outlast a "
-        "shorter MLDIST_COLLECTIVE_TIMEOUT, and its preemption service swallows the launcher's SIGTERM; "
-        "initialize() takes both only as arguments, which Keras's initialize() and JAX's guide never pass",
-        "the start-up hook, in workers of 2+, when the script imports JAX; a caller's own arguments and "
-        "JAX_ENABLE_PREEMPTION_SERVICE win; MLDIST_HOOK=0 turns it off",
-    ),
-    Patch(
-        "keras.optimizers.Optimizer.variables",
-        "mldist.runtime.start.patches.VariableList",
-        "Horovod's TF2 examples call opt.variables() (Keras 2's method) on Keras's own optimizers, which Keras 3 "
-        "made a list property: the script's optimizer is not mldist's, so no class of mldist's can answer it "
-        "(tf_keras keeps a callable list for the same reason; Keras 3 has none)",
-        "the Horovod alias only (python -m mldist.horovod.alias, mldist.horovod.alias.install()), when the script "
-        "imports Keras 3; other scripts keep Keras's property (mldist's own optimizers answer both spellings)",
-    ),
-    Patch(
-        "keras.Model.compile: experimental_run_tf_function",
-        "mldist.runtime.start.patches.keras2_variables",
-        "Horovod's Keras examples pass compile(experimental_run_tf_function=False), a flag TensorFlow 2.2+ "
-        "ignored and Keras 3 refuses (TypeError); it is taken and dropped, every other argument goes to Keras",
-        "the Horovod alias only, with the entry above",
-    ),
-    Patch(
-        "atexit: the group note",
-        "mldist.runtime.start.startup.how_joined (mldist.base.joined)",
-        "workers that never formed a group train one copy each and exit 0; the launcher says so in one line",
-        "the start-up hook, in workers of 2+; MLDIST_GROUP_NOTE=0 turns the note alone off",
-    ),
-)
-
-
-#: The targets installed in this process, in order.
-_INSTALLED: list[str] = []
-
-
-def _record(target: str) -> None:
-    if target not in _INSTALLED:
-        _INSTALLED.append(target)
-
-
-def installed() -> tuple[str, ...]:
-    """The :data:`PATCHES` targets installed in this process so far, in order.
-
-    Example:
-        >>> set(installed()) <= {p.target for p in PATCHES}
-        True
-    """
-    return tuple(_INSTALLED)
-
-
 def one_line_errors() -> None:
     """``sys.excepthook``: :func:`mldist.runtime.watch.failures.one_line_errors` (see :data:`PATCHES`)."""
-    sys.excepthook = failures.one_line_errors
-    _record("sys.excepthook")
+    processwide.excepthook("sys.excepthook", failures.one_line_errors)
 
 
 def exit_codes() -> None:
     """``sys.exit`` raises :class:`mldist.runtime.watch.leave.Exit`, and :func:`~mldist.runtime.watch.leave.at_exit`
     runs at exit (before the handlers registered earlier: the engine's)."""
     sys.exit = leave.sys_exit
-    atexit.register(leave.at_exit)
-    _record("sys.exit, atexit")
+    processwide.at_exit("sys.exit, atexit", leave.at_exit)
 
 
 def jax_initialize_once(rank: int, size: int) -> None:
@@ -182,7 +59,7 @@ def jax_initialize_once(rank: int, size: int) -> None:
     from ..engines.jax_engine import joined
 
     jax.distributed.initialize = joined(jax.distributed.initialize, rank, size)
-    _record("jax.distributed.initialize")
+    processwide.record("jax.distributed.initialize")
 
 
 class AfterImport:
@@ -203,8 +80,7 @@ class AfterImport:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.name:
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)  # once: the other finders find it
+        processwide.drop_import_hook(self)  # once: the other finders find it
         for finder in sys.meta_path:
             spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
             if spec is not None:
@@ -246,8 +122,7 @@ def jax_own_initialize(marks: Marks) -> None:
     if "jax.distributed" in sys.modules:
         then(sys.modules["jax.distributed"])
     else:
-        sys.meta_path.insert(0, AfterImport("jax.distributed", then))
-        _record("sys.meta_path: jax.distributed on import")
+        processwide.import_hook("sys.meta_path: jax.distributed on import", AfterImport("jax.distributed", then))
 
 
 @dataclass(frozen=True)
@@ -284,10 +159,10 @@ def _jax_distributed(module: ModuleType, marks: Marks) -> None:
     if problem:
         print(f"mldist: {problem}", file=sys.stderr)
     else:
-        _record("jax._src.clusters: mldist's detector, first")
+        processwide.record("jax._src.clusters: mldist's detector, first")
     defaults = jax_init.with_cluster_defaults(module.initialize, os.environ)  # type: ignore[attr-defined]
     module.initialize = _marked(defaults, marks)  # type: ignore[attr-defined]
-    _record("jax.distributed.initialize: cluster defaults")
+    processwide.record("jax.distributed.initialize: cluster defaults")
 
 
 def tensorflow_on_import(then: Callable[[ModuleType], None]) -> None:
@@ -299,8 +174,7 @@ def tensorflow_on_import(then: Callable[[ModuleType], None]) -> None:
     if _TENSORFLOW in sys.modules:
         then(sys.modules[_TENSORFLOW])
     elif not any(isinstance(f, AfterImport) and f.name == _TENSORFLOW for f in sys.meta_path):
-        sys.meta_path.insert(0, AfterImport(_TENSORFLOW, then))
-        _record("sys.meta_path: TensorFlow on import")
+        processwide.import_hook("sys.meta_path: TensorFlow on import", AfterImport(_TENSORFLOW, then))
 
 
 #: The module :func:`tensorflow_on_import` waits for (a module's name here, not the backend's).
@@ -327,7 +201,7 @@ def keras2_variables() -> None:
     if _KERAS in sys.modules:
         _callable_variables(sys.modules[_KERAS])
     elif not any(isinstance(f, AfterImport) and f.name == _KERAS for f in sys.meta_path):
-        sys.meta_path.insert(0, _WhenLoaded(_KERAS, _callable_variables))
+        processwide.import_hook(_KERAS_ON_IMPORT, _WhenLoaded(_KERAS, _callable_variables))
 
 
 class _WhenLoaded(AfterImport):
@@ -339,7 +213,7 @@ class _WhenLoaded(AfterImport):
     ) -> importlib.machinery.ModuleSpec | None:
         spec = super().find_spec(fullname, path, target)
         if fullname == self.name and fullname not in sys.modules and self not in sys.meta_path:
-            sys.meta_path.insert(0, self)  # the import itself asks again
+            processwide.import_hook(_KERAS_ON_IMPORT, self)  # the import itself asks again
         return spec
 
 
@@ -354,7 +228,7 @@ def _callable_variables(module: ModuleType) -> None:
 
     variables._mldist_keras2 = True  # type: ignore[attr-defined]
     base.variables = property(variables, doc=own.__doc__)
-    _record("keras.optimizers.Optimizer.variables")
+    processwide.record("keras.optimizers.Optimizer.variables")
     _compile_takes_tf2_flag(module.Model)  # type: ignore[attr-defined]
 
 
@@ -370,14 +244,14 @@ def _compile_takes_tf2_flag(model: type) -> None:
 
     compile._mldist_keras2 = True  # type: ignore[attr-defined]
     model.compile = compile  # type: ignore[attr-defined]
-    _record("keras.Model.compile: experimental_run_tf_function")
+    processwide.record("keras.Model.compile: experimental_run_tf_function")
 
 
-#: The module :func:`keras2_variables` waits for.
-_KERAS = "keras"
+#: The module :func:`keras2_variables` waits for, and its entry in :data:`PATCHES`.
+_KERAS, _KERAS_ON_IMPORT = "keras", "sys.meta_path: Keras on import"
 
 
 def autograph_leaves_mldist() -> None:
     """Autograph leaves mldist's functions as written (:func:`mldist.runtime.compat.never_convert`)."""
     compat.never_convert("mldist")
-    _record("autograph's conversion rules")
+    processwide.record("autograph's conversion rules")

@@ -25,7 +25,6 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import os
@@ -33,7 +32,7 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
-from ...base import envvalues, joined, progress
+from ...base import envvalues, joined, processwide, progress
 from ...base.envparse import Setting
 from ...errors import MldistError
 from ...placement import common
@@ -43,6 +42,8 @@ from .. import compat
 
 #: The worker's own pid, for the Python processes it starts in turn (they inherit PYTHONPATH).
 _FIRST = envvalues.HOOK_PID.name
+#: The entry of :data:`mldist.base.processwide.PATCHES` for the variables the hook sets.
+_TOOLS = "os.environ: the tools' variables"
 
 
 def begin(environ: MutableMapping[str, str]) -> None:
@@ -51,9 +52,9 @@ def begin(environ: MutableMapping[str, str]) -> None:
     Args:
         environ: the process's environment (``os.environ``), updated in place.
     """
-    if environ.get(_FIRST, str(os.getpid())) != str(os.getpid()):
+    if envvalues.HOOK_PID.read(environ) not in (None, str(os.getpid())):
         return  # a Python the worker started (multiprocessing's spawn, a tool): the worker speaks for itself
-    environ[_FIRST] = str(os.getpid())
+    processwide.set_env(_TOOLS, _FIRST, str(os.getpid()), environ)
     rank = fill(environ)
     if rank is not None:  # JAX's own initialize() finds this group, once the script imports JAX
         from . import patches
@@ -63,7 +64,7 @@ def begin(environ: MutableMapping[str, str]) -> None:
     where = progress.folder(environ)
     if rank is not None and where is not None and _wanted(envvalues.GROUP_NOTE, environ):
         # Registered before any library's: runs after their exit handlers (JAX's shutdown included).
-        atexit.register(_note, where, rank, joined.launch_key(environ))
+        processwide.at_exit("atexit: the group note", _note, where, rank, joined.launch_key(environ))
 
 
 def _wanted(setting: Setting[bool], environ: Mapping[str, str]) -> bool:
@@ -106,7 +107,8 @@ def fill(environ: MutableMapping[str, str]) -> int | None:
     except MldistError:  # hosts but no rank layout (PALS): rank 0 is on the first node, where its port is
         if me.hosts:
             coordinator = f"{me.hosts[0]}:{assign_ports(me.job_key, me.size, port_base(environ))[0]}"
-    environ.update(common.for_tools(environ, me.rank, me.size, me.local_rank, me.local_size, workers, coordinator))
+    values = common.for_tools(environ, me.rank, me.size, me.local_rank, me.local_size, workers, coordinator)
+    processwide.update_env(_TOOLS, values, environ)
     return me.rank
 
 

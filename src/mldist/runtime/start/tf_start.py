@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Container, Mapping
 from typing import Any
 
+from ...base import processwide
 from ...placement import Placement
 from ...placement.resources import ThreadPlan, choose_gpu
 from . import patches
@@ -89,11 +90,25 @@ def pin_gpu(tf: Any, spec: Placement) -> int | None:
     return chosen
 
 
+def pool_sizes(plan: ThreadPlan) -> None:
+    """TensorFlow's pool sizes in the environment, for a TensorFlow imported later (it reads them as it starts);
+    a value the user set wins.
+
+    Args:
+        plan: the thread plan of this rank.
+    """
+    processwide.env_default(_POOLS, "TF_NUM_INTRAOP_THREADS", str(plan.intra_op))
+    processwide.env_default(_POOLS, "TF_NUM_INTEROP_THREADS", str(plan.inter_op))
+
+
+#: The entry of :data:`mldist.base.processwide.PATCHES` :func:`pool_sizes` makes.
+_POOLS = "os.environ: TensorFlow's pool sizes"
+
+
 def later(plan: ThreadPlan, soft_placement: bool | None) -> None:
     """Prepare a worker whose ``init`` ran without TensorFlow for a later import of it: the pool sizes in the
     environment (TensorFlow reads them as it starts), the rest once it is imported."""
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(plan.intra_op))
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(plan.inter_op))
+    pool_sizes(plan)
 
     def imported(tf: Any) -> None:
         patches.autograph_leaves_mldist()

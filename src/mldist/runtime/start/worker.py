@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ...base import envvalues
+from ...base import envvalues, processwide
 from ...errors import ConfigError, MldistError, UnsupportedError
 from ...placement import Placement, backend, build_cluster_spec, detect, engines
 from ...placement.proxies import worker_no_proxy
@@ -187,8 +187,8 @@ def init(
         os.environ, placement.local_size, probe, intra_op=intra_op, inter_op=inter_op, size=placement.size
     )
     for key, value in openmp_defaults(plan, probe.pinned).items():
-        os.environ.setdefault(key, value)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        processwide.env_default("os.environ: OpenMP's threads", key, value)
+    processwide.env_default("os.environ: TensorFlow's log level", "TF_CPP_MIN_LOG_LEVEL", "1")
     gpu, decision, workers = _join(keras, placement, comm, plan, soft)
     STATE.ctx = Context(
         rank=placement.rank,
@@ -252,8 +252,7 @@ def _start_jax(placement: Placement, comm: str, plan: ThreadPlan, soft: bool | N
     TensorFlow may still run the input pipeline (``mldist.data``): it reads its pool sizes from
     the environment when it starts. ``allow_soft_placement`` is TensorFlow's and does not apply.
     """
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(plan.intra_op))
-    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(plan.inter_op))
+    tf_start.pool_sizes(plan)
     from ..engines.jax_engine import JaxEngine, set_data_parallel
 
     eng = cast(JaxEngine, engine.get("jax"))
@@ -349,7 +348,7 @@ def _late_strategy() -> Any:
     from ..engines import tf_engine
 
     spec = build_cluster_spec(detect(os.environ), os.environ, engine.mpi_allgather_hosts)
-    os.environ.update(worker_no_proxy(os.environ, spec.workers))
+    processwide.update_env("os.environ: no_proxy", worker_no_proxy(os.environ, spec.workers))
     try:
         return tf_engine.start(tf, spec, "ring", has_gpu=context().gpu is not None)[0]
     except RuntimeError as exc:

@@ -21,7 +21,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import collections
 import contextlib
 import itertools
@@ -35,7 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
-from ...base import envvalues, nodes, progress
+from ...base import envvalues, nodes, processwide, progress
 from . import straggler, straggler_rounds, verdict
 from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
@@ -319,7 +318,7 @@ def start(
         if not any(isinstance(w, straggler_rounds.Records) for w in _watch.watchers):
             _watch.published_waits = 0  # no one reads them from the records: a few hundred bytes each
         if _watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
-            atexit.register(_watch.node.forget, rank, progress.temporary(env))
+            processwide.at_exit("atexit: the node's records freed", _watch.node.forget, rank, progress.temporary(env))
         threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
     return _watch
 

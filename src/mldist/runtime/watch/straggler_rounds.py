@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import collections
 import socket
 import sys
@@ -27,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...base import envvalues
+from ...base import envvalues, processwide
 from ..context import STATE
 from .straggler import Entry, frame_of
 from .straggler_gather import LAST, ROUND_SECONDS, Aside, Picker, row, slots
@@ -180,5 +179,5 @@ def watchers(rank: int, size: int, env: Mapping[str, str], born: float, every: f
         return [Records(found)] if found is not None else []
     account = tracker(rank, size, env, born, every) if rank == 0 else None
     reporter = Reporter(engine.aside(rank, size), rank, size, socket.gethostname(), account)
-    atexit.register(reporter.finish)  # after the tracker's: runs first
+    processwide.at_exit("atexit: the slow-rank reporter", reporter.finish)  # after the tracker's: runs first
     return [reporter]

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import collections
 import io
 import itertools
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ...base import envvalues, progress, rundir
+from ...base import envvalues, processwide, progress, rundir
 from ...base.files import atomic_write
 from .straggler import KEPT, Entry, Finding, Sample, find, find_in_run, frame_of, message, sample, samples_of
 from .straggler_gather import COUNT, HOST_VALUES, Pool, scaled, slots, text_of
@@ -367,7 +366,7 @@ def tracker(rank: int, size: int, env: Mapping[str, str], born: float, every: fl
         rundir.plot_wanted(env),
         every,
     )
-    atexit.register(found.finish)
+    processwide.at_exit("atexit: the slow-rank tracker", found.finish)
     return found
 
 
