@@ -73,6 +73,25 @@ def test_a_balanced_run_and_a_one_off_delay_get_no_line() -> None:
     assert _feed(straggler_watch.Tracker(2, 10, 9), once, hosts) == [None] * 40
 
 
+def test_at_the_defaults_a_rank_10_percent_slower_is_named_within_5_minutes_and_a_loaded_balanced_run_is_not() -> None:
+    """A rank computing 10 % longer costs the others 9 % of their time: the lasting rule (four windows) names it
+    where one 30 s window at 10 % never did; ranks that take turns being late, as load makes them, are not named."""
+    hosts, rng = {0: "n1", 1: "n2"}, np.random.default_rng(7)
+    slow = [{0: 0.0225 * (1 + 0.1 * rng.standard_normal()), 1: 0.0} for _ in range(300)]  # 9 % of 0.25 s
+    found = _feed(straggler_watch.Tracker(2, 10, 30), slow, hosts)
+    first = next(t for t, f in enumerate(found) if f is not None)
+    named = found[first]
+    assert isinstance(named, straggler.Finding) and named.rank == 1 and not named.node, named
+    assert 4 * 30 <= first <= 300 and named.last_share == 1.0 and 0.08 <= named.share <= 0.10, (first, named)
+    # Load: the late rank changes each second, often by more than 10 % (15-30 % of the step), a rank at
+    # random slower for a few seconds now and then; 55 % of the time one rank: no line in 5 minutes.
+    loaded = []
+    for t in range(300):
+        late = int(rng.random() < 0.55) if t % 10 else int(rng.integers(2))
+        loaded.append({late: 0.0, 1 - late: 0.25 * rng.uniform(0.15, 0.3)})
+    assert _feed(straggler_watch.Tracker(2, 10, 30), loaded, hosts) == [None] * 300
+
+
 def test_a_slow_node_is_named_when_no_one_of_its_ranks_is() -> None:
     hosts = {0: "a", 1: "a", 2: "b", 3: "b"}
     # Node b's two ranks arrive last in turn: each costs the others about half of what the node costs.
@@ -146,6 +165,22 @@ def test_a_rank_slower_by_0_3_s_a_batch_is_named_once_by_rank_0(tmp_path: Path) 
     kept = json.loads((run_dir / straggler_watch.FILE).read_text())
     assert kept["rank"] == 1 and kept["line"] in lines[0]
     assert (run_dir / straggler_watch.PICTURE).read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_a_rank_10_percent_slower_is_named_at_the_default_percent_by_the_lasting_rule(tmp_path: Path) -> None:
+    """Real ranks, the default 10 %, a 6 s window: rank 1 sleeps 10 % longer a batch (0.22 s, 0.2 s), which costs
+    rank 0 under 10 % of its time; it is named after four windows (24 s) of arriving last."""
+    run_dir = tmp_path / "ten"
+    env = clean_env(**USERS_GC, MLDIST_STRAGGLER_SECONDS="6")
+    argv = ["run", "-n", "2", "--run-dir", str(run_dir), "--", PY, str(WORKER), "1", "0.02", "200", "0.2"]
+    stderr = check(mldist(argv, env=env, timeout=300)).stderr
+    lines = [line for line in stderr.splitlines() if "arrives last" in line]
+    assert len(lines) == 1 and lines[0].startswith("[0] mldist: rank 1 ("), stderr[-3000:]
+    share = re.search(r"costing the others \d+ ms a step \((\d+) %\)", lines[0])
+    assert share and 5 <= int(share.group(1)) <= 10, lines[0]
+    kept = json.loads((run_dir / straggler_watch.FILE).read_text())
+    assert kept["rank"] == 1 and kept["at_end"] is False
 
 
 @pytest.mark.slow

@@ -10,7 +10,9 @@ are compared, each on its own rank's clock: hosts' clocks need not agree.
 Rank 0's watch thread (:class:`mldist.runtime.watch.straggler_watch.Tracker`) reads every record about
 once a second and pairs each collective's waits across ranks (a :class:`Sample`). When one rank,
 or one node, costs the others at least ``MLDIST_STRAGGLER_PERCENT`` of their time (default 10) in each third of the last
-``MLDIST_STRAGGLER_SECONDS`` (default 30), rank 0 prints one line, once (:func:`message`), and
+``MLDIST_STRAGGLER_SECONDS`` (default 30), or arrives last at most collectives for four windows running and costs
+them half that in each third of them (:func:`find_lasting`: a rank 10 % slower costs the others about 9 %), rank 0
+prints one line, once (:func:`message`), and
 writes it to ``straggler.json`` in the run directory, which ``mldist status`` shows; at the line
 and at exit it draws ``straggler.png``, each rank's wait per step. A one-off delay (start-up, a
 checkpoint) fills one third at most: no line. Ranks whose records rank 0 cannot see (other nodes
@@ -234,7 +236,61 @@ def find(
     window, thirds = [s for t, s in stamped if t >= now - seconds], _thirds(stamped, now - seconds, seconds)
     if not stamped or stamped[0][0] > now - seconds or not window or not all(thirds):
         return None
-    return _named(thirds, window, hosts, percent, seconds, steps, where)
+    return _named(thirds, window, hosts, percent, seconds, steps, where, least_last=LAST_SHARE)
+
+
+#: The share of the collectives of each part of a window that the rank named arrived last at, at least: a clear
+#: majority, not what load on a balanced run's ranks gives one of them for a while.
+LAST_SHARE = 2 / 3
+#: The lasting rule (:func:`find_lasting`): over this many windows, split in thirds of a window, a rank (or node)
+#: that arrives last at a clear majority of collectives (:data:`RUN_LAST_SHARE`) and costs the others at least
+#: this fraction of ``MLDIST_STRAGGLER_PERCENT`` in every part is named. A rank 10 % slower than the others
+#: costs them about 9 % of their time: one window's 10 % misses it, four windows of a steady lead do not; a
+#: balanced run's last rank changes from collective to collective, and a burst of load fills a part or two.
+LASTING_WINDOWS, LASTING_FRACTION = 4, 0.5
+#: The parts of the lasting rule's windows that may fall short (a burst of load on another rank for a few seconds).
+LASTING_SPARE = 2
+
+
+def find_lasting(
+    stamped: Sequence[tuple[float, Sample]],
+    hosts: Mapping[int, str],
+    percent: float,
+    seconds: float,
+    now: float,
+    steps: float | None = None,
+    where: Mapping[int, str] | None = None,
+) -> Finding | None:
+    """The rank (else the node) that arrived last at most collectives (:data:`RUN_LAST_SHARE`) of the last
+    :data:`LASTING_WINDOWS` windows and cost the others :data:`LASTING_FRACTION` of ``percent`` % or more in each
+    third of a window of them (all but :data:`LASTING_SPARE`), or None.
+
+    Args:
+        stamped, hosts, where: as for :func:`find`.
+        percent, seconds: the thresholds; the long window is ``LASTING_WINDOWS * seconds``.
+        now: the time, on the clock of the stamps; steps: the steps made over the long window (None: unknown).
+
+    Example:
+        >>> hosts = {0: "a", 1: "b"}
+        >>> slow = [(t / 4, sample(t, {0: (0.027, 0.3), 1: (0.0, 0.3)}, hosts)) for t in range(4 * 125)]
+        >>> find(slow, hosts, 10, 30, now=124.0) is None   # 9 % of the others' time: one window misses it
+        True
+        >>> f = find_lasting(slow, hosts, 10, 30, now=124.0, steps=480)
+        >>> f.rank, f.last_share, round(f.share, 2)
+        (1, 1.0, 0.09)
+        >>> find_lasting(slow, hosts, 10, 30, now=100.0) is None   # not watched that long yet
+        True
+    """
+    long = LASTING_WINDOWS * seconds
+    parts: list[list[Sample]] = [[] for _ in range(3 * LASTING_WINDOWS)]
+    start = now - long
+    for t, s in stamped:
+        if start <= t <= now:
+            parts[min(len(parts) - 1, int(len(parts) * (t - start) / long))].append(s)
+    if not stamped or stamped[0][0] > start or not all(parts):
+        return None
+    window = [s for part in parts for s in part]
+    return _named(parts, window, hosts, LASTING_FRACTION * percent, long, steps, where, LASTING_SPARE, LAST_SHARE)
 
 
 #: The fewest collectives a whole run must pair for :func:`find_in_run` to name a rank (a few per third).
@@ -296,20 +352,26 @@ def _named(
     seconds: float,
     steps: float | None,
     where: Mapping[int, str] | None,
+    spare: int = 0,
+    least_last: float = 0.0,
 ) -> Finding | None:
-    """The rank (else the node) that cost the others ``percent`` % or more in each of ``thirds`` of ``window``
-    (``seconds`` long, ``steps`` made in it), or None."""
+    """The rank (else the node) that cost the others ``percent`` % or more, and arrived last at ``least_last`` of
+    the collectives or more, in each of ``thirds`` of ``window`` (``seconds`` long, ``steps`` made in it) but
+    ``spare`` of them, or None."""
     bar = percent / 100
     for node in (False, True):
         if node and not _several(hosts):
             break
         each = [_shares(third, node) for third in thirds]
-        found = [k for k in each[0] if all(part.get(k, 0.0) >= bar for part in each)]
+        lasts = [collections.Counter(s.node if node else s.last for s in third) for third in thirds]
+        bars = [(part, last, least_last * len(third)) for part, last, third in zip(each, lasts, thirds, strict=True)]
+        found = [k for k in set().union(*each) if sum(p.get(k, 0.0) < bar or n[k] < m for p, n, m in bars) <= spare]
         if not found:
             continue
-        # The middle third's share: a one-off delay (start-up, the first step's tracing) fills one third at most.
-        key = max(found, key=lambda k: sorted(part[k] for part in each)[1])
-        share = sorted(part[key] for part in each)[1]
+        # The middle part's share: a one-off delay (start-up, the first step's tracing) fills one third at most.
+        middle = len(each) // 2
+        key = max(found, key=lambda k: (sorted(part.get(k, 0.0) for part in each)[middle], str(k)))
+        share = sorted(part.get(key, 0.0) for part in each)[middle]
         mine = [s for s in window if (s.node if node else s.last) == key]
         rank = collections.Counter(s.last for s in mine).most_common(1)[0][0]
         per, cost = ("step", share * seconds / steps) if steps else ("second", share)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ...base import envvalues, processwide, progress, rundir
 from ...base.files import atomic_write
+from . import straggler
 from .straggler import KEPT, Entry, Finding, Sample, find, find_in_run, frame_of, message, sample, samples_of
 from .straggler_gather import COUNT, HOST_VALUES, Pool, scaled, slots, text_of
 
@@ -34,6 +35,8 @@ from .straggler_gather import COUNT, HOST_VALUES, Pool, scaled, slots, text_of
 READS_PER_SECOND = 64
 #: In the run directory: the line and its numbers (``mldist status``), and the picture.
 FILE, PICTURE = "straggler.json", "straggler.png"
+#: How often rank 0 looks for a lasting slow rank (seconds): a line minutes in the making (``straggler.find_lasting``).
+LASTING_EVERY = 5.0
 #: The picture's lines, at most (the ranks that waited least: the likely slow ones).
 DRAWN = 16
 #: How many turns the picture keeps (about one a second), and how many ranks' waits in all (4,000 turns up to
@@ -113,7 +116,8 @@ class Tracker:
         self._heads_rows: Any = None
         self._early: list[Sample] = []  # paired as rank 0 added its own entries: stamped at the next turn
         self.said: Finding | None = None
-        self._next = 0.0
+        self._next, self._next_lasting = 0.0, 0.0
+        self.kept = (straggler.LASTING_WINDOWS + 1) * seconds  # the seconds of collectives kept
         #: What :meth:`finish` needs at exit: the progress folder, the steps at the first and the last turn,
         #: and when the last turn was.
         self._where: Path | None = None
@@ -201,12 +205,17 @@ class Tracker:
         if waited is not None:
             self.bins.append((now, steps, np.asarray(waited, np.float32)))
         self._steps.append((now, steps))
-        while self.stamped and self.stamped[0][0] < now - 2 * self.seconds:
+        while self.stamped and self.stamped[0][0] < now - self.kept:
             self.stamped.popleft()
-        while len(self._steps) > 1 and self._steps[1][0] <= now - self.seconds:
+        while len(self._steps) > 1 and self._steps[1][0] <= now - straggler.LASTING_WINDOWS * self.seconds:
             self._steps.popleft()
-        made = steps - self._steps[0][1]
-        return find(list(self.stamped), self.hosts, self.percent, self.seconds, now, made, _Where(self))
+        made = steps - next((n for t, n in reversed(self._steps) if t <= now - self.seconds), self._steps[0][1])
+        stamped, where = list(self.stamped), _Where(self)
+        found = find(stamped, self.hosts, self.percent, self.seconds, now, made, where)
+        if found is None and now >= self._next_lasting:
+            self._next_lasting, made = now + LASTING_EVERY, steps - self._steps[0][1]
+            found = straggler.find_lasting(stamped, self.hosts, self.percent, self.seconds, now, made, where)
+        return found
 
     def turn(self, where: Path, steps: int, now: float | None = None) -> None:
         """Read the records in ``where`` when due, and say the finding once (rank 0's watch thread)."""
