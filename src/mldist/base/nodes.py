@@ -91,10 +91,12 @@ class Slot:
         path: the file (its folder made, owner-only, if missing).
         truncate: truncate it at this process's first write (a file of its own).
         keep: keep the descriptor open between writes (False: open, write, close each time).
+        held: hold a shared ``flock`` on it while the descriptor is open (a rank's node-local record: the
+            kernel lets go when the process dies, even of SIGKILL, so the node's last rank knows it left).
     """
 
-    def __init__(self, path: Path, keep: bool = True, truncate: bool = True) -> None:
-        self.path, self.keep = path, keep
+    def __init__(self, path: Path, keep: bool = True, truncate: bool = True, held: bool = False) -> None:
+        self.path, self.keep, self.held = path, keep, held
         self._fd: int | None = None
         self._fresh = truncate  # a file others write too is never truncated: a reader would find it empty
 
@@ -114,6 +116,9 @@ class Slot:
         except FileNotFoundError:  # the folder is missing: made once, not tried before every write
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(self.path, flags, 0o600)
+        if self.held:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         self._fd, self._fresh = fd, False
         return fd
 
@@ -178,7 +183,9 @@ class Node:
 
     def publish(self, rank: int, record: dict[str, Any], now: float) -> None:
         """Write ``rank``'s record to node-local memory, then the node's file when it is due."""
-        slot = self._slots.get(rank) or self._slots.setdefault(rank, Slot(self.local / f"rank-{rank}.rec", self.keep))
+        slot = self._slots.get(rank) or self._slots.setdefault(
+            rank, Slot(self.local / f"rank-{rank}.rec", self.keep, held=self.keep)
+        )
         slot.put(encode(record))
         wait = self.flush(now, rank)
         if wait > 0 and self.defer and self._timer is None:  # not due yet: this record goes in when it is
@@ -260,14 +267,16 @@ class Node:
 
     def forget(self, rank: int, shared_too: bool = False) -> None:
         """Remove ``rank``'s node-local record at its exit; the last rank of the node removes the folder (and,
-        with ``shared_too``, the node's file: a temporary folder's, worth nothing after the job)."""
+        with ``shared_too``, the node's file: a temporary folder's, worth nothing after the job). Records of
+        ranks that died without a word (SIGKILL, :func:`abandoned`) do not keep the folder."""
         slot = self._slots.pop(rank, None)
         if slot is not None:
             slot.close()
         with contextlib.suppress(OSError):
             (self.local / f"rank-{rank}.rec").unlink()
         with contextlib.suppress(OSError):
-            if any(RANK_FILE.fullmatch(name) for name in os.listdir(self.local)):
+            left = [name for name in os.listdir(self.local) if RANK_FILE.fullmatch(name)]
+            if any(not (self.keep and abandoned(self.local / name)) for name in left):
                 return  # other ranks of the node are still there
             for name in os.listdir(self.local):
                 (self.local / name).unlink()
@@ -288,6 +297,51 @@ class Node:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._peers.clear()
+
+
+def abandoned(path: Path) -> bool:
+    """Whether the rank record ``path`` was left by a process that is gone (killed: it could not remove it).
+
+    Its rank holds a shared lock while it runs (:class:`Slot`'s ``held``), and its pid is in the record: gone
+    when no process holds the lock and no process has that pid. A file still empty (just made) is not.
+
+    Example:
+        >>> abandoned(Path("/nonexistent/rank-0.rec"))
+        True
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True  # removed already
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        data = decode(os.pread(fd, 1 << 16, 0))
+        pid = data.get("pid") if isinstance(data, dict) else None
+        if not isinstance(pid, int) or pid < 1:
+            return False
+        os.kill(pid, 0)
+        return False  # alive (or its pid taken again: the folder stays, as before)
+    except ProcessLookupError:
+        return True
+    except OSError:  # its rank holds the lock, or another user's process has the pid
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_local(shared: Path, root: Path | None = None) -> None:
+    """Remove the node-local folder of the job whose shared progress folder is ``shared`` (the launcher, at the
+    end of a run: a killed rank's record would stay in ``/dev/shm`` until the node reboots).
+
+    Example:
+        >>> remove_local(Path("/nonexistent/progress"), Path("/nonexistent"))
+    """
+    local = local_folder(shared, root)
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(local):
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+        local.rmdir()
 
 
 def _due(stamp: dict[str, Any], now: float, rank: int | None, force: bool) -> float:

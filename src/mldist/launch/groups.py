@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from ..base import envvalues, joined, progress
+from ..base import envvalues, joined, nodes, progress
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
 from ..placement import engines, handed
@@ -270,6 +270,7 @@ class Group(ABC):
         for t in self.pumps:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         self.show_last_words()
+        nodes.remove_local(self.progress)  # this host's records in /dev/shm: a killed rank leaves its own
         shutil.rmtree(self.notes, ignore_errors=True)
         self.run_logs.close()
         for log in self.logs:
