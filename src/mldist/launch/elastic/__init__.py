@@ -5,7 +5,8 @@ and starts the workers again on the hosts that answer, or ends. The loop, its st
 re-forming record and the bounded probe are in :mod:`.supervisor`; what differs is in the hooks:
 
 - :mod:`.onhosts`: ``-H``/``--hostfile`` runs (mpiexec over ssh, hosts probed with ssh ``true``,
-  the discovery script); ``mldist.launch.local`` runs its groups through the supervisor.
+  the discovery script); ``mldist.launch.local`` runs an elastic run's rounds through the supervisor
+  (a fixed world's, ``--max-restarts``, in a plain loop).
 - :mod:`.slurm`: the agent inside an elastic Slurm job (srun steps, nodes probed with a one-task
   ``true`` step), started by the batch script as ``python3 -m mldist.launch.batch.agent``.
 

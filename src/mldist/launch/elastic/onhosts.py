@@ -15,7 +15,7 @@ state (``hvd.elastic``, ``mldist.keras.Elastic``) resumes from its last commit. 
 
 This is how torchrun re-forms, and the honest way with MPI: a running MPI world cannot
 drop a rank, so every engine (MPI, RING, JAX) starts anew. The rounds run in the one elastic
-supervisor (:mod:`.supervisor`; ``mldist.launch.local`` gives its hooks); this module holds what
+supervisor (:mod:`.supervisor`; ``mldist.launch.local`` gives its hooks for elastic runs); this module holds what
 is particular to hosts: the ssh probe, mpiexec's lines that name a lost host, the plan of the
 next world and the discovery script.
 
@@ -209,8 +209,7 @@ def lost_hosts(
 def forget(hosts: Iterable[str], env: Mapping[str, str]) -> None:
     """After a failed elastic run: remove its commits from every host's memory (the workers remove theirs
     after a whole run); hosts that do not answer keep them until they restart."""
-    run_id = env.get(RUN_ENV, "")
-    if run_id:
+    if run_id := envvalues.ELASTIC_ID.read(env):
         answering(sorted(set(hosts)), env, command=rejoin.forget_command(env, run_id))
 
 
