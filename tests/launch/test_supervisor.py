@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mldist.base import rejoin
 from mldist.launch.elastic import onhosts, slurm
 from mldist.launch.elastic.supervisor import (
     MOVES,
@@ -125,3 +126,18 @@ def test_the_record_is_the_same_for_both_sides(tmp_path: Path) -> None:
     assert kept == done.record() and path.stat().st_mode & 0o077 == 0
     assert set(kept) == {"lost", "why", "before", "joined", "after", "hosts_checked_s", "restart_s", "loss_to_resume_s"}
     write_reforms(None, [done])  # no run directory: nothing written, nothing raised
+
+
+def test_a_failed_slurm_job_forgets_its_commits_on_its_nodes(tmp_path: Path) -> None:
+    """slurm.ended: after a failure, one step on the nodes removes the run's commits (the id read through the
+    contract table); a success, or a job without an elastic id, asks nothing."""
+    log = tmp_path / "srun.log"
+    srun = tmp_path / "srun"
+    srun.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    srun.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", rejoin.RUN_ENV: "e0a1", rejoin.DIR_ENV: "/c"}
+    assert slurm.ended(0, ["n1"], env) == 0 and not log.exists()
+    assert slurm.ended(3, ["n1", "n2"], env) == 3
+    said = log.read_text()
+    assert '--nodelist=n1,n2 sh -c rm -rf -- /c/mldist-"$(id -u)"/e0a1\n' in said, said
+    assert slurm.ended(3, ["n1"], {"PATH": env["PATH"]}) == 3 and len(log.read_text().splitlines()) == 1

@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     os.environ.pop(joined.SKIP_ENV, None)  # the worker gets the start-up hook
     me = detect(os.environ)
     rank = me.rank
-    coordinator = os.environ.get(common.COORDINATOR, "")
+    coordinator = envvalues.COORDINATOR.read(os.environ) or ""
     os.environ.update(common.for_tools(os.environ, rank, me.size, me.local_rank, me.local_size, (), coordinator))
     notes = tempfile.mkdtemp(prefix="mldist-notes-")
     os.environ[NOTES] = notes

@@ -77,7 +77,9 @@ def _index_path(job_id: str, env: Mapping[str, str] | None) -> Path:
 
 def _state_setting(env: Mapping[str, str]) -> str:
     """The variable that placed the job index, as ``NAME='value'`` (for messages)."""
-    for name in (envvalues.STATE_DIR.name, "XDG_STATE_HOME", "HOME"):
+    if chosen := envvalues.STATE_DIR.read(env):
+        return f"{envvalues.STATE_DIR.name}={chosen!r}"
+    for name in ("XDG_STATE_HOME", "HOME"):
         if env.get(name):
             return f"{name}={env[name]!r}"
     return "HOME unset"

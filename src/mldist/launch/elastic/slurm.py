@@ -218,8 +218,8 @@ class SlurmHooks:
 
 def ended(code: int, nodes: Sequence[str], env: Mapping[str, str]) -> int:
     """``code``; after a failure, the run's commits are first removed from the memory of ``nodes``."""
-    if code != 0 and nodes:
-        argv = step_argv(nodes, ["sh", "-c", rejoin.forget_command(env, env[RUN_ENV])])
+    if code != 0 and nodes and (run_id := envvalues.ELASTIC_ID.read(env)):
+        argv = step_argv(nodes, ["sh", "-c", rejoin.forget_command(env, run_id)])
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(argv, env=dict(env), capture_output=True, timeout=30, check=False)
     return code
