@@ -28,7 +28,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
-from ..base import envvalues, joined, nodes, progress
+from ..base import envvalues, joined, nodes, progress, stacks
+from ..base.files import atomic_write
 from ..base.procs import STARTUP_NOISE, die_with_parent, free_ports
 from ..errors import LaunchError
 from ..placement import engines, handed
@@ -169,15 +170,30 @@ class Group(ABC):
         }
 
     def show_progress(self) -> None:
-        """Print where every rank is (``mldist run`` on SIGQUIT): its collective and its frames; the run goes on."""
-        records = progress.read(self.progress)
-        lines = [line for record in records.values() for line in progress.describe(record)]
+        """Print where every rank is (``mldist run`` on SIGQUIT): its collective and its frames, ranks at one
+        place with the same frames folded as ``mldist stacks`` folds them (over 8 ranks), every rank by itself in
+        the run directory's ``stacks.txt``; the run goes on."""
+        records, now = progress.read(self.progress), time.time()
+        lines = stacks.grouped(records, lambda record: progress.describe(record, now), now)
+        if len(records) > stacks.FOLD_ABOVE:
+            lines.append(f"every rank by itself: {self._every_rank(records, now)}")
         missing = [r for r in range(self.cfg.nprocs) if r not in records]
         if missing:
             lines.append(f"no progress from rank(s) {', '.join(map(str, missing))} yet ({progress.NO_RECORD})")
         with self.lock:
             sys.stderr.write("".join(f"mldist run: {line}\n" for line in lines))
             sys.stderr.flush()
+
+    def _every_rank(self, records: Mapping[int, progress.Record], now: float) -> str:
+        """Where every rank's block went: ``RUN_DIR/stacks.txt``, else the command that shows it."""
+        command = f"mldist stacks --all {self.progress}"
+        if not self.cfg.run_dir:
+            return command
+        text = "".join(f"{line}\n" for record in records.values() for line in progress.describe(record, now))
+        try:
+            return str(atomic_write(Path(self.cfg.run_dir) / "stacks.txt", text, mode=0o644))
+        except OSError as exc:
+            return f"{command} (cannot write stacks.txt: {exc.strerror})"
 
     def last_words(self, rank: int) -> str:
         """The one line rank ``rank`` left in the notes directory ("" if none)."""
