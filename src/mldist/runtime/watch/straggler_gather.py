@@ -266,6 +266,10 @@ class Aside(Protocol):
         """At rank 0: the rounds every rank's row reached, oldest first, each (ranks, width); waits up to ``wait`` s."""
         ...
 
+    def waiting(self) -> bool:
+        """At rank 0: whether a round may still come in (false: none will until this rank posts again)."""
+        ...
+
 
 class MpiAside:
     """Rounds as ``MPI_Igather`` to rank 0 on a communicator of their own (the watch threads' only MPI calls).
@@ -309,6 +313,10 @@ class MpiAside:
                 done.append(got)
         return done
 
+    def waiting(self) -> bool:
+        """Whether a round this rank posted is still open (only those can complete)."""
+        return bool(self._open)
+
 
 class KvAside:
     """Rounds through JAX's coordination service: each rank overwrites its key, rank 0 reads the folder of keys.
@@ -344,3 +352,7 @@ class KvAside:
             return []
         self._last = blob
         return [np.frombuffer(blob, np.float64).reshape(self.size, -1)]
+
+    def waiting(self) -> bool:
+        """Always: any rank may overwrite its key with a newer row."""
+        return True

@@ -82,6 +82,8 @@ class Reporter:
         self._previous: list[Entry] = []
         self._frames: collections.Counter[str] = collections.Counter()
         self._next, self._stopped = 0.0, False
+        #: At rank 0, the ranks whose last round (:data:`LAST`) came in, whenever it did.
+        self._ended = np.zeros(size if found is not None else 0, bool)
         self._lock = threading.Lock()  # the watch thread's turn and the exit handler: one at a time
 
     def ended(self, entry: Entry) -> None:
@@ -121,6 +123,8 @@ class Reporter:
     def _account(self, rounds: list[Any], steps: int, now: float) -> None:
         found = self.tracker
         assert found is not None
+        for got in rounds:
+            self._ended |= got[:, LAST] > 0
         found.note(steps, now)
         finding = found.take(rounds, steps, now, mine=self.rank)
         if finding is not None and found.said is None:
@@ -149,20 +153,25 @@ class Reporter:
             self.tracker.finish()
 
     def _last_rounds(self) -> None:
-        """Rank 0 at exit: take rounds until every other rank's last one came (posting empty ones it needs)."""
+        """Rank 0 at exit: take rounds until every other rank's last one came (posting empty ones it needs).
+
+        A last round may have come already (ranks that end together: with this rank's own last post), and
+        none can come once nothing this rank posted is still open: then it waits no longer.
+        """
         found = self.tracker
         assert found is not None
-        seen = np.zeros(self.size, bool)
-        seen[self.rank] = True
+        self._ended[self.rank] = True
         until, posted = time.monotonic() + LAST_ROUND_SECONDS, 0
-        while not seen.all() and time.monotonic() < until:
+        while not self._ended.all() and time.monotonic() < until:
             rounds = self.aside.collect(wait=0.2)
             for got in rounds:
-                seen |= got[:, LAST] > 0
+                self._ended |= got[:, LAST] > 0
             found.take(rounds, found._last_steps, found._last_turn, mine=self.rank)
             if not rounds and posted < 2:  # another rank posted more rounds than this one: match them
                 self.aside.post(row(self.host, "", [], self.size))
                 posted += 1
+            elif not rounds and not self.aside.waiting():
+                return
 
 
 def watchers(rank: int, size: int, env: Mapping[str, str], born: float, every: float) -> list[Watcher]:
