@@ -142,3 +142,73 @@ def test_the_start_up_hook_reads_only_variables_of_the_table() -> None:
     strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
     spelled = {s for s in strings if re.fullmatch(r"MLDIST_[A-Z0-9_]+", s)}
     assert spelled and spelled <= {s.name for s in envvalues.ALL}
+
+
+SRC = ROOT / "src" / "mldist"
+#: The table, and the start-up hook (it may import nothing of mldist: test_the_start_up_hook_reads_only_...).
+READS_RAW = {"base/envvalues.py", "base/envparse.py", "runtime/hook/sitecustomize.py"}
+
+
+def _spelled_by_the_table(node: ast.AST) -> bool:
+    """``envvalues.X.name``: a contract variable's name, taken from its entry."""
+    inner = node.value if isinstance(node, ast.Attribute) and node.attr == "name" else None
+    return (
+        isinstance(inner, ast.Attribute)
+        and inner.attr.isupper()
+        and isinstance(inner.value, ast.Name)
+        and inner.value.id == "envvalues"
+    )
+
+
+def _name_holders(trees: dict[str, ast.Module]) -> set[str]:
+    """Constants that hold a contract variable's name (``RUN_DIR_ENV = envvalues.RUN_DIR.name``, and copies)."""
+    held: set[str] = set()
+    for _ in range(2):  # copies of copies (commits.RUN_ENV = rejoin.RUN_ENV)
+        for tree in trees.values():
+            for node in tree.body:  # module constants
+                if isinstance(node, ast.Assign):
+                    values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                    names = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
+                    for target, value in zip(names, values, strict=False):
+                        holds = _spelled_by_the_table(value) or ast.unparse(value).split(".")[-1] in held
+                        if isinstance(target, ast.Name) and target.id.lstrip("_").isupper() and holds:
+                            held.add(target.id)
+    return held
+
+
+def _raw_reads(tree: ast.Module, held: set[str]) -> list[str]:
+    """Each ``env.get(NAME)``, ``os.getenv(NAME)`` or ``env[NAME]`` read of a contract variable in ``tree``."""
+
+    def contract(node: ast.AST) -> bool:
+        return _spelled_by_the_table(node) or ast.unparse(node).split(".")[-1] in held
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and contract(node.args[0]):
+            if ast.unparse(node.func).split(".")[-1] in {"get", "getenv"}:
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and contract(node.slice):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_no_module_reads_a_contract_variable_but_through_the_table() -> None:
+    """``envvalues.X.read(env)``: one parser, one meaning of blank, one error line; launchers write names."""
+    trees = {str(p.relative_to(SRC)): ast.parse(p.read_text()) for p in SRC.rglob("*.py")}
+    held = _name_holders(trees)
+    assert {"RUN_DIR_ENV", "NOTES", "FOLDER_ENV", "ENV_CACHE", "RUN_ENV"} <= held
+    found = {f"{rel}: {read}" for rel, tree in trees.items() if rel not in READS_RAW for read in _raw_reads(tree, held)}
+    assert not found, f"read it with its entry, envvalues.X.read(env): {sorted(found)}"
+
+
+def test_the_raw_read_scan_finds_each_spelling() -> None:
+    tree = ast.parse(
+        "A_ENV = envvalues.RUN_DIR.name\nB = mod.A_ENV\n"
+        "env.get(A_ENV); os.environ.get(B, ''); os.getenv(envvalues.NOTES.name); env[mod.A_ENV]\n"
+        "env[A_ENV] = 'x'; envvalues.RUN_DIR.read(env); env.get('HOME')\n"
+    )
+    held = _name_holders({"m": tree})
+    assert held == {"A_ENV", "B"}
+    assert sorted(_raw_reads(tree, held)) == sorted(
+        ["env.get(A_ENV)", "os.environ.get(B, '')", "os.getenv(envvalues.NOTES.name)", "env[mod.A_ENV]"]
+    )

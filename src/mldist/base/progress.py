@@ -110,8 +110,8 @@ def folder(env: Mapping[str, str]) -> Path | None:
         >>> str(folder({"MLDIST_RUN_DIR": "/r"})), folder({})
         ('/r/progress', None)
     """
-    if env.get(FOLDER_ENV):
-        return Path(env[FOLDER_ENV])
+    if chosen := envvalues.PROGRESS_DIR.read(env):
+        return Path(chosen)
     if run_dir := envvalues.RUN_DIR.read(env):
         return Path(run_dir) / "progress"
     name = next((name for name in JOB_KEYS if env.get(name)), None)
@@ -130,7 +130,7 @@ def temporary(env: Mapping[str, str]) -> bool:
         >>> temporary({"SLURM_JOB_ID": "7"}), temporary({"MLDIST_RUN_DIR": "/r", "SLURM_JOB_ID": "7"})
         (True, False)
     """
-    return not env.get(FOLDER_ENV) and not envvalues.RUN_DIR.read(env) and folder(env) is not None
+    return not envvalues.PROGRESS_DIR.read(env) and not envvalues.RUN_DIR.read(env) and folder(env) is not None
 
 
 def forget(where: Path, rank: int) -> None:

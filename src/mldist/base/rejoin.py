@@ -40,7 +40,7 @@ def commits_base(env: Mapping[str, str]) -> str:
         >>> commits_base({"MLDIST_COMMITS_DIR": "/scratch/c"})
         '/scratch/c'
     """
-    return env.get(DIR_ENV) or (SHM if os.path.isdir(SHM) else tempfile.gettempdir())
+    return envvalues.COMMITS_DIR.read(env) or (SHM if os.path.isdir(SHM) else tempfile.gettempdir())
 
 
 def forget_command(env: Mapping[str, str], run_id: str) -> str:
@@ -63,7 +63,7 @@ RESUMED = "mldist: elastic: resumed"
 def flag(env: Mapping[str, str], round_: int | None = None) -> Path | None:
     """The flag file of this round (``MLDIST_RESTART``, or ``round_``), or None outside an elastic run."""
     run_dir = envvalues.RUN_DIR.read(env)
-    if not run_dir or not env.get(RUN_ENV):
+    if not run_dir or not envvalues.ELASTIC_ID.read(env):
         return None
     number = round_ if round_ is not None else envvalues.RESTART.read(env)
     return Path(run_dir) / "elastic" / f"hosts-updated-{number}"

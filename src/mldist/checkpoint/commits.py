@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..base import rejoin
+from ..base import envvalues, rejoin
 from ..base.files import atomic_write, make_dirs
 from ..errors import CheckpointError
 
@@ -52,7 +52,7 @@ def host_name(env: Mapping[str, str]) -> str:
 
 def folder(env: Mapping[str, str]) -> Path | None:
     """Where this run's copies live on this host, or None outside an elastic run."""
-    run = env.get(RUN_ENV, "")
+    run = envvalues.ELASTIC_ID.read(env) or ""
     if not run or not run.isalnum():
         return None
     return Path(rejoin.commits_base(env)) / f"mldist-{os.getuid()}" / run

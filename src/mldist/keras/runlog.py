@@ -50,7 +50,7 @@ import keras
 from .. import runtime
 from ..base import envvalues, rundir, training
 from ..base.files import atomic_write
-from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, default_run_dir, now_iso, prepare_run_dir, write_json
+from ..base.rundir import METRICS_FILE, default_run_dir, now_iso, prepare_run_dir, write_json
 from ..errors import ConfigError
 from .epochs import TensorBoardWriters, append_row, epoch_row, plot_png, read_rows
 
@@ -83,8 +83,8 @@ def resolve_run_dir(
         return None
     if str(run_dir) != AUTO:
         return Path(run_dir)
-    if env.get(RUN_DIR_ENV):
-        return Path(env[RUN_DIR_ENV])
+    if given := envvalues.RUN_DIR.read(env):
+        return Path(given)
     if envvalues.NO_RUN_DIR.read(env):  # mldist run --no-run-dir: no directory, not even rank 0's own
         return None
     return default_run_dir(argv) if rank == 0 else None
@@ -198,7 +198,7 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
             return
         self.rows = read_rows(self.path)
         self._plotted_at, self._unplotted = time.perf_counter(), False
-        if str(self.run_dir) == AUTO and not os.environ.get(RUN_DIR_ENV):
+        if str(self.run_dir) == AUTO and not envvalues.RUN_DIR.read(os.environ):
             print(f"mldist.keras.RunLog: metrics, plot and TensorBoard events in {found}", flush=True)
         if self.tensorboard and self._writers is None:
             try:

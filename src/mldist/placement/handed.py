@@ -136,8 +136,8 @@ def handed_in(env: Mapping[str, str]) -> Handed | None:
         >>> handed_in({}) is None, handed_in({HANDED: text}).asked
         (True, 'auto')
     """
-    text = env.get(HANDED, "")
-    return decode(text) if text.strip() else None
+    text = envvalues.DECISION.read(env)
+    return decode(text) if text else None
 
 
 def provenance(decision: Decision, handed: bool, by: str = LAUNCHER) -> str:

@@ -126,7 +126,7 @@ def cpu_probe(env: Mapping[str, str] | None = None) -> CpuProbe:
         True
     """
     total = os.cpu_count() or 1
-    shared = (env or {}).get(CPU_BIND_ENV) == "none"
+    shared = envvalues.CPU_BIND.read(env or {}) == "none"
     if hasattr(os, "sched_getaffinity"):
         return CpuProbe(total, tuple(sorted(os.sched_getaffinity(0))), shared)
     return CpuProbe(total, tuple(range(total)), shared)

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import runtime
 from ..base import envvalues
-from ..base.rundir import METRICS_FILE, RUN_DIR_ENV, write_json
+from ..base.rundir import METRICS_FILE, write_json
 from .bench import MODELS, BenchConfig, make_row
 
 
@@ -253,10 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     threads = (args.intra_op, args.inter_op) if args.intra_op or args.inter_op else None
     result = measure(cfg, threads=threads)
     print("BENCH " + json.dumps(result), flush=True)
-    if os.environ.get(RUN_DIR_ENV):  # mldist run's summary.json merges every rank's report
+    if run_dir := envvalues.RUN_DIR.read(os.environ):  # mldist run's summary.json merges every rank's report
         report = {"rank": result["rank"], "size": result["size"], "batch_size": cfg.batch_size}
         report |= {"step_seconds": cfg.batch_size / result["img_per_sec"], "samples_per_second": result["img_per_sec"]}
-        write_json(Path(os.environ[RUN_DIR_ENV]) / METRICS_FILE.format(rank=result["rank"]), report)
+        write_json(Path(run_dir) / METRICS_FILE.format(rank=result["rank"]), report)
     return 0
 
 

@@ -201,11 +201,11 @@ def check_files(env: Mapping[str, str]) -> list[Result]:
     from ..runtime.engines.tf_engine import check_port_free
 
     results: list[Result] = []
-    named = (n for n in (envvalues.RUN_DIR.name, envvalues.RUNS_DIR.name) if env.get(n))
-    name = next(named, "")
-    path = Path(env[name] if name else "runs").absolute()
+    named = ((s.name, value) for s in (envvalues.RUN_DIR, envvalues.RUNS_DIR) if (value := s.read(env)))
+    name, value = next(named, ("", "runs"))
+    path = Path(value).absolute()
     if problem := directory_problem(path):
-        given = f"{name}={env[name]}: " if name else ""
+        given = f"{name}={value}: " if name else ""
         fix = f"set {name} to a writable directory" if name else "run from a writable directory or pass --run-dir"
         results.append(("run directory", "fail", f"{given}{problem}", fix))
     else:

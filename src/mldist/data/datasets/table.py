@@ -96,7 +96,7 @@ def cache_dir(cache: str | os.PathLike[str] | None = None) -> Path:
         >>> cache_dir("/scratch/data")
         PosixPath('/scratch/data')
     """
-    chosen = cache if cache is not None else os.environ.get(ENV_CACHE) or "~/.cache/mldist/data"
+    chosen = cache if cache is not None else envvalues.DATA_DIR.read(os.environ) or "~/.cache/mldist/data"
     return Path(chosen).expanduser().absolute()
 
 
@@ -116,7 +116,7 @@ def usable_cache_dir(cache: str | os.PathLike[str] | None = None, flag: str = "c
         mldist.errors.ConfigError: cache '/etc/passwd' is a file, not a directory: name a directory
     """
     root = cache_dir(cache)
-    given = flag if cache is not None else ENV_CACHE if os.environ.get(ENV_CACHE) else "the data cache"
+    given = flag if cache is not None else ENV_CACHE if envvalues.DATA_DIR.read(os.environ) else "the data cache"
     existing = next(p for p in (root, *root.parents) if os.path.lexists(p))
     if existing.is_dir():
         return root

@@ -83,7 +83,7 @@ def tell(line: str, env: Mapping[str, str] = os.environ) -> None:
     if saved is not None and not _same_file(saved, 2):
         with contextlib.suppress(OSError):
             os.write(saved, (line + "\n").encode())
-    notes, ctx = env.get(NOTES, ""), current()
+    notes, ctx = envvalues.NOTES.read(env) or "", current()
     rank = ctx.rank if ctx is not None else _env_rank(env)
     if notes and os.path.isdir(notes):
         with contextlib.suppress(OSError):
@@ -105,7 +105,7 @@ def _env_rank(env: Mapping[str, str]) -> int | str:
 
 def supervised(env: Mapping[str, str] = os.environ) -> bool:
     """Whether ``mldist run`` supervises this worker (it stops the others when this one exits)."""
-    return bool(env.get(NOTES))
+    return bool(envvalues.NOTES.read(env))
 
 
 def leave(message: str, code: int = 1) -> NoReturn:
