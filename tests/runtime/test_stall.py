@@ -7,7 +7,9 @@ import time
 import pytest
 
 from helpers import PY, USERS_GC, WORKERS, check, clean_env, mldist
+from mldist.base import processwide
 from mldist.errors import ConfigError
+from mldist.runtime.context import STATE
 from mldist.runtime.watch import stall
 
 
@@ -51,6 +53,45 @@ def test_the_oldest_collective_in_flight_past_the_timeout_is_overdue() -> None:
     watch.end(second)
     watch.end(second)  # twice is harmless
     assert watch.overdue() is None
+
+
+def test_the_watch_is_the_workers_context_not_the_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The started watch and the sampler live in the context's state (mldist.runtime.context.STATE), which the
+    marks of every engine reach; the watch's module keeps no state of its own (no ``global``)."""
+    import ast
+    import inspect
+
+    monkeypatch.setattr(STATE, "watch", None)
+    monkeypatch.setattr(STATE, "sampler", None)
+    assert stall.begin("x") == 0 and not stall.active()
+    sampler = lambda frame, now, wall: None  # noqa: E731
+    stall.sample_with(sampler)
+    watch = stall.start(0, "ring", {}, timeout=3600.0)  # one rank, no progress folder: nothing written
+    assert watch is not None and STATE.watch is watch and watch.sampler is sampler and stall.active()
+    assert stall.start(0, "ring", {}, timeout=3600.0) is watch  # once per process
+    token = stall.begin("allreduce(sum)")
+    stall.step()
+    assert token > 0 and watch.steps == 1 and watch.record(time.monotonic()).began == 1
+    stall.end(token)
+    assert watch.record(time.monotonic()).finished == 1
+    tree = ast.parse(inspect.getsource(stall))
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Global)]
+
+
+@pytest.mark.parametrize(("rank", "aside", "carried"), [(1, False, True), (0, False, True), (1, True, False)])
+def test_every_ranks_records_carry_its_waits_where_rank_0_reads_them_there(
+    monkeypatch: pytest.MonkeyPatch, rank: int, aside: bool, carried: bool
+) -> None:
+    """RING and NCCL: rank 0's slow-rank account reads every rank's waits from the records (the other ranks
+    register no watcher of their own); MPI and JAX carry them in their rounds, so records leave them out."""
+    import types
+
+    monkeypatch.setattr(STATE, "watch", None)
+    monkeypatch.setattr(STATE, "engine", types.SimpleNamespace(gathers_aside=aside, aside=lambda r, s: None))
+    monkeypatch.setattr(processwide, "at_exit", lambda *args: None)  # no exit handler left in the test process
+    watch = stall.start(rank, "ring", {}, size=2, timeout=3600.0)
+    assert watch is not None and (watch.published_waits > 0) is carried
+    watch.watchers = []  # its thread goes on in this process: no account turns there
 
 
 def test_graph_counters_in_flight_since_they_last_changed() -> None:
@@ -98,7 +139,7 @@ def test_xla_steps_after_the_first_count_as_one_collective(monkeypatch: pytest.M
 
     now = [0.0]
     watch = stall.Watch(0, "nccl", 10, clock=lambda: now[0])
-    monkeypatch.setattr(stall, "_watch", watch)
+    monkeypatch.setattr(STATE, "watch", watch)
     steps: list[int] = []
     model = types.SimpleNamespace(jit_compile=True, train_function=lambda: steps.append(1))
     cb = StallWatch()

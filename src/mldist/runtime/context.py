@@ -108,6 +108,12 @@ class _State:
     engine: Any = None
     #: The contract's values, read once by ``init`` before anything starts.
     settings: Settings | None = None
+    #: The collective watch (:class:`mldist.runtime.watch.stall.Watch`; its slow-rank watchers registered with
+    #: it), or None: off, or one worker. Typed loosely: this floor imports nothing above it.
+    watch: Any = None
+    #: What counts the main thread as in a collective nothing marks (the JAX engine's
+    #: :class:`mldist.runtime.watch.jax_watch.Waits`), handed to the watch whenever it starts.
+    sampler: Any = None
 
 
 STATE = _State()

@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Any, cast
 
 from ...base import envvalues, nodes, processwide, progress
+from ..context import STATE
 from . import straggler, straggler_rounds, verdict
 from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
@@ -287,9 +288,6 @@ def end_process(message: str) -> None:
     leave(message, STALL_EXIT_CODE)
 
 
-_watch: Watch | None = None
-
-
 def start(
     rank: int,
     engine: str,
@@ -309,40 +307,45 @@ def start(
         size: the number of ranks.
         timeout: seconds (``init`` passes the value it read once; None: read ``env``).
     """
-    global _watch
     timeout = collective_timeout(env) if timeout is None else timeout
-    if _watch is None and timeout > 0:
-        _watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=_sampler)
-        _watch.publish()  # at once: a rank may be stuck before the thread's first turn
-        _watch.watchers = straggler_rounds.watchers(rank, size, env, _watch._born, _watch.every)
-        if not any(isinstance(w, straggler_rounds.Records) for w in _watch.watchers):
-            _watch.published_waits = 0  # no one reads them from the records: a few hundred bytes each
-        if _watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
-            processwide.at_exit("atexit: the node's records freed", _watch.node.forget, rank, progress.temporary(env))
-        threading.Thread(target=_watch.run, name="mldist-collective-watch", daemon=True).start()
-    return _watch
+    if STATE.watch is None and timeout > 0:
+        watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=STATE.sampler)
+        watch.publish()  # at once: a rank may be stuck before the thread's first turn
+        watch.watchers = straggler_rounds.watchers(rank, size, env, watch._born, watch.every)
+        if not _records_carry_waits(size, env):
+            watch.published_waits = 0  # no one reads them from the records: a few hundred bytes each
+        if watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
+            processwide.at_exit("atexit: the node's records freed", watch.node.forget, rank, progress.temporary(env))
+        STATE.watch = watch  # the worker's context owns it (mldist.runtime.context.STATE)
+        threading.Thread(target=watch.run, name="mldist-collective-watch", daemon=True).start()
+    return cast("Watch | None", STATE.watch)
 
 
-_sampler: Sampler | None = None
+def _records_carry_waits(size: int, env: Mapping[str, str]) -> bool:
+    """Whether rank 0's slow-rank account reads every rank's waits from the progress records: 2+ ranks, the
+    line on, and an engine whose rounds do not carry them (RING, NCCL; :func:`straggler_rounds.watchers`)."""
+    aside = getattr(STATE.engine, "gathers_aside", False)
+    return size > 1 and not aside and envvalues.STRAGGLER_PERCENT.read(env) > 0
 
 
 def sample_with(sampler: Sampler) -> None:
     """Count the main thread as in a collective while ``sampler`` says so (the JAX engine's ``start``)."""
-    global _sampler
-    _sampler = sampler
-    if _watch is not None:
-        _watch.sampler = sampler
+    STATE.sampler = sampler
+    if STATE.watch is not None:
+        STATE.watch.sampler = sampler
 
 
 def begin(what: str) -> int:
     """Mark a collective as started (0 when the watch is off); cheap: a lock and a dict entry."""
-    return _watch.begin(what) if _watch is not None else 0
+    watch = STATE.watch
+    return watch.begin(what) if watch is not None else 0  # type: ignore[no-any-return]
 
 
 def end(token: int) -> None:
     """Mark the collective of ``token`` as finished."""
-    if _watch is not None:
-        _watch.end(token)
+    watch = STATE.watch
+    if watch is not None:
+        watch.end(token)
 
 
 @contextlib.contextmanager
@@ -372,10 +375,11 @@ def stall_watch(what: str = "a training step") -> Iterator[None]:
 
 def step() -> None:
     """Count one training step (Keras's ``fit``, through ``StallWatch``): the slow-rank line's cost per step."""
-    if _watch is not None:
-        _watch.steps += 1
+    watch = STATE.watch
+    if watch is not None:
+        watch.steps += 1
 
 
 def active() -> bool:
     """Whether collectives are being watched (graph markers are only built then)."""
-    return _watch is not None
+    return STATE.watch is not None
