@@ -97,6 +97,12 @@ GROUPS = (
     ),
     (r"tests/horovod/test_\w+\.py::test_(every_function\w+_3_mpi_\w+|collectives_over_a_process_set\w+\[\w+\])", "hvd"),
 )
+#: Every group, longest first (one worker's seconds in the CI run of 23838db: Slurm about 650, the hosts
+#: about 600, the rest under 200 each). The scheduler hands the groups out in this order, then the single
+#: tests: each group is a chain on one worker, and one of the two long chains started late would end
+#: after everything else. (xdist's own order, by the number of tests, put the hosts before Slurm and would
+#: put the digits group before both once a merge left Slurm with fewer tests.)
+LONGEST_FIRST = ("slurm", "hosts", "digits", "engine", "hvd", "checkpoint-jax", "checkpoint-tf", "docs")
 #: The fixtures behind those groups: a test that uses one must be in a group (checked at collection).
 GROUPED_FIXTURES = (
     "slurm_env",
@@ -123,24 +129,37 @@ def group_of(nodeid: str) -> str | None:
     return None
 
 
+def _order(item: pytest.Item) -> tuple[int, int]:
+    """Where a test goes: the groups in :data:`LONGEST_FIRST`'s order, then the single slow tests, then the rest."""
+    group = group_of(item.nodeid)
+    if group is not None:
+        if group not in LONGEST_FIRST:
+            raise pytest.UsageError(f"group {group!r} ({item.nodeid}): add it to LONGEST_FIRST in tests/conftest.py")
+        return 0, LONGEST_FIRST.index(group)
+    return 1, 0 if item.get_closest_marker("slow") else 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Check the groups and start the long tests first.
 
-    Under ``pytest -n N`` (scripts/test.sh) the workers take the groups first (largest first), then
-    single tests in this order: those that start worker processes, then the many short ones, which
-    fill the gaps at the end instead of a long test starting last.
+    Under ``pytest -n N`` (scripts/test.sh) the workers take the groups first (longest first:
+    :data:`LONGEST_FIRST`), then single tests in this order: those that start worker processes, then
+    the many short ones, which fill the gaps at the end instead of a long test starting last.
     """
     for item in items:
         used = [name for name in GROUPED_FIXTURES if name in getattr(item, "fixturenames", ())]
         if used and group_of(item.nodeid) is None:
             raise pytest.UsageError(f"{item.nodeid} uses {used[0]}: add it to GROUPS in tests/conftest.py")
-    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)  # stable: file order within
+    items.sort(key=_order)  # stable: file order within
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist's scope scheduler with :func:`group_of` as the scope (one test alone otherwise)."""
+    """pytest-xdist's scope scheduler with :func:`group_of` as the scope (one test alone otherwise), in the
+    order of the collection (:func:`pytest_collection_modifyitems`), not xdist's largest-count-first."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
