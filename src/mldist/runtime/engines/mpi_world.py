@@ -58,10 +58,15 @@ def start(comm: Any = None) -> Any:
 
         world = comm or MPI.COMM_WORLD
         mpi_wait.wait(world.Ibarrier())  # ranks start at different times; the early ones sleep here
-        World.comm = World.active = world.Dup()
-        World.departures = Departures(world.Dup(), world.Get_rank(), world.Get_size())
+        # The three duplicates at once, waited for without busy-polling: each blocking Dup spun on every rank, and
+        # on a node with more ranks than cores that took the cores from the ranks it waited for.
+        (mine, made), (departures, made_too), (aside, made_last) = (world.Idup() for _ in range(3))
+        for request in (made, made_too, made_last):
+            mpi_wait.wait(request)
+        World.comm = World.active = mine
+        World.departures = Departures(departures, world.Get_rank(), world.Get_size())
         World.departures.watch()
-        World.aside = world.Dup()  # the slow-rank rounds, posted from the watch threads (straggler_gather)
+        World.aside = aside  # the slow-rank rounds, posted from the watch threads (straggler_gather)
         processwide.at_exit("atexit: MPI's departures", _at_exit)
         arrange(requested(os.environ))
     return World.comm
