@@ -37,6 +37,7 @@ from ...errors import CollectiveMismatch, ConfigError, MldistError
 from ...placement import Placement, build_cluster_spec
 from ...placement.proxies import worker_no_proxy
 from ...placement.resources import ThreadPlan, choose_gpu
+from ..context import STATE
 from ..watch import jax_watch, stall
 from . import jax_cpu
 from .engine import WholeWorld, mpi_allgather_hosts
@@ -48,23 +49,30 @@ _REDUCE: dict[str, Any] = {"sum": np.sum, "max": np.max, "min": np.min, "prod": 
 JAX_TIMEOUTS = {"initialization_timeout": 300, "heartbeat_timeout_seconds": 100, "shutdown_timeout_seconds": 300}
 
 
-def jax_timeouts(env: Mapping[str, str]) -> dict[str, int]:
+def jax_timeouts(env: Mapping[str, str], limit: float | None = None) -> dict[str, int]:
     """JAX's three timeouts for a worker: ``MLDIST_COLLECTIVE_TIMEOUT`` (whole seconds, rounded up) where
     it is shorter than JAX's default, so that a rank that never joins, a peer that went silent and the
     exit barrier's wait for a dead rank end no later than a stalled collective is named.
 
     ``0`` (the watch off) or a bad value (``mldist run`` and ``mldist.init()`` refuse it in one line): JAX's.
 
+    Args:
+        env: where the start-up hook reads it, before ``init``.
+        limit: the seconds ``init`` read once into the context's settings (then ``env`` is not read).
+
     Example:
         >>> jax_timeouts({"MLDIST_COLLECTIVE_TIMEOUT": "20.5"})["heartbeat_timeout_seconds"]
         21
+        >>> jax_timeouts({"MLDIST_COLLECTIVE_TIMEOUT": "20.5"}, 0.0) == JAX_TIMEOUTS  # the context's value wins
+        True
         >>> jax_timeouts({}) == JAX_TIMEOUTS  # the default, 600 s, is longer than JAX's
         True
     """
-    try:
-        limit = envvalues.COLLECTIVE_TIMEOUT.read(env)
-    except MldistError:
-        limit = 0
+    if limit is None:  # the start-up hook's call, before init read the settings into the context
+        try:
+            limit = envvalues.COLLECTIVE_TIMEOUT.read(env)
+        except MldistError:
+            limit = 0
     if not limit:
         return dict(JAX_TIMEOUTS)
     return {name: min(default, max(1, math.ceil(limit))) for name, default in JAX_TIMEOUTS.items()}
@@ -178,7 +186,8 @@ class JaxEngine(WholeWorld):
         else:
             # JAX's coordinator speaks gRPC, which would send it to a site's HTTP proxy.
             processwide.update_env("os.environ: no_proxy", worker_no_proxy(os.environ, spec.workers))
-            limits = jax_timeouts(os.environ)
+            settings = STATE.settings  # read once by init
+            limits = jax_timeouts(os.environ, settings.collective_timeout if settings is not None else None)
             jax.distributed.initialize(
                 coordinator_address=spec.workers[0],
                 num_processes=spec.size,

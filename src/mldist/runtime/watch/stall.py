@@ -305,9 +305,10 @@ def start(
             when ``timeout`` is not given.
         probe, names: the engine's graph counters and what their indices name (see :class:`Watch`).
         size: the number of ranks.
-        timeout: seconds (``init`` passes the value it read once; None: read ``env``).
+        timeout: seconds (``init`` passes the value it read once; None: the context's, else ``env``'s).
     """
-    timeout = collective_timeout(env) if timeout is None else timeout
+    if timeout is None:  # init's value, read once into the context; else (a caller before init) env's
+        timeout = STATE.settings.collective_timeout if STATE.settings is not None else collective_timeout(env)
     if STATE.watch is None and timeout > 0:
         watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=STATE.sampler)
         watch.publish()  # at once: a rank may be stuck before the thread's first turn
