@@ -24,13 +24,14 @@ Example:
 from __future__ import annotations
 
 import atexit
-import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: the start-up hook of every worker imports this module
+    import logging
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,8 @@ def on_signal(target: str, sig: int, handler: Any) -> None:
 
         on_signal("signal: SIGTERM back from TensorFlow", signal.SIGTERM, previous)
     """
+    import signal
+
     record(target)
     signal.signal(sig, handler)
 
@@ -367,6 +370,8 @@ def update_env(target: str, values: Mapping[str, str], env: MutableMapping[str, 
 
 def log_filter(target: str, logger: str, kind: type[logging.Filter]) -> None:
     """A ``kind()`` filter on the logger named ``logger``, once (a filter of that kind already there: nothing)."""
+    import logging
+
     found = logging.getLogger(logger)
     if not any(isinstance(f, kind) for f in found.filters):
         record(target)
