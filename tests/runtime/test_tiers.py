@@ -19,6 +19,7 @@ from mldist.placement.hierarchy import requested, shape, tiers
 
 SCRIPT = ROOT / "scripts" / "test-hosts.sh"
 TIERS = [PY, str(WORKERS / "tiers.py")]
+RAILS = [PY, str(WORKERS / "rails.py")]
 #: What every rank's all-reduces give on 4 ranks (tiers.py: rank r adds r + 1, max of r).
 SUMS_OF_4 = {"float32": 10.0, "bfloat16": 10.0, "int32": 10, "max": 3.0}
 
@@ -26,7 +27,9 @@ SUMS_OF_4 = {"float32": 10.0, "bfloat16": 10.0, "int32": 10, "max": 3.0}
 @pytest.mark.parametrize(
     ("setting", "nodes", "per_node", "on"),
     [
-        ("auto", 2, 2, False),  # flat until the tiers are measured faster
+        ("auto", 2, 2, False),  # in a row, a power of two per node: Open MPI's all-reduce halves on the node first
+        ("auto", 2, 3, True),  # 3 per node: its folding step would cross the link with halves
+        ("auto", 4, 6, True),
         ("on", 4, 8, True),
         ("auto", 1, 4, False),  # one node
         ("on", 1, 4, False),
@@ -50,6 +53,28 @@ def test_the_switch_mldist_first_then_horovods() -> None:
         requested({"MLDIST_HIERARCHICAL": "maybe"})
     with pytest.raises(ConfigError, match=r"^HOROVOD_HIERARCHICAL_ALLREDUCE='2' is not 1 or 0"):
         requested({"HOROVOD_HIERARCHICAL_ALLREDUCE": "2"})
+
+
+def test_auto_takes_the_tiers_where_ranks_go_round_robin_over_the_nodes_not_where_nodes_differ() -> None:
+    assert tiers("auto", 2, 2, in_a_row=False).on
+    assert not tiers("auto", 2, 3, even=False).on
+    assert tiers("on", 2, 3, even=False).on
+
+
+def test_even_nodes_share_the_work_between_nodes_uneven_ones_go_through_one_leader() -> None:
+    assert tiers("on", 2, 4).reason == (
+        "2 nodes x 4 ranks: reduce-scatter on the node, 4 all-reduces across nodes, allgather"
+    )
+    assert tiers("on", 2, 3, even=False).reason.endswith("all-reduce among 2 node leaders, broadcast")
+
+
+@pytest.mark.slow
+def test_the_rails_reduce_scatter_all_reduce_and_allgather_give_the_sums() -> None:
+    # Four real ranks on this host split by hand into 2 "nodes" of 2: every count, op and dtype exact.
+    res = check(mldist(["run", "-n", "4", "--no-run-dir", "--", *RAILS], env=clean_env(), timeout=240))
+    rows = _ranks(res)
+    assert len(rows) == 4, tail(res)
+    assert all(e == [0.0, 0.0, 0.0] for row in rows for e in row["errors"].values()), rows
 
 
 def test_the_placements_shape() -> None:
@@ -99,14 +124,28 @@ def test_two_hosts_of_two_ranks_reduce_in_tiers_to_the_flat_paths_weights(hosts_
     tiers = _tiers_on("hx1:2,hx2:2", hosts_env | {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"})
     flat = _tiers_on("hx1:2,hx2:2", hosts_env)
     assert [r["node"] for r in tiers] == ["hx1", "hx1", "hx2", "hx2"], tiers
-    assert [(r["tiered"], r["hierarchy"]["nodes"], r["hierarchy"]["per_node"]) for r in tiers] == [(True, 2, 2)] * 4
+    assert [(r["tiered"], r["rails"], r["hierarchy"]["per_node"]) for r in tiers] == [(True, True, 2)] * 4
     assert [r["tiered"] for r in flat] == [False] * 4
-    assert flat[0]["hierarchy"]["reason"].startswith("auto: 2 nodes x up to 2 ranks stay flat")
+    assert flat[0]["hierarchy"]["reason"].startswith("auto: 2 nodes x 2 ranks in a row: flat halves on the node")
     assert all(r["sums"] == SUMS_OF_4 for r in tiers + flat), [r["sums"] for r in tiers + flat]
     for t, f in zip(tiers, flat, strict=True):  # every rank: the same weights after the same steps
         for wt, wf in zip(t["weights"], f["weights"], strict=True):  # type: ignore[call-overload]
             np.testing.assert_allclose(np.array(wt, np.float32), np.array(wf, np.float32), rtol=1e-5, atol=1e-6)
     assert all(r["weights"] == tiers[0]["weights"] for r in tiers)
+
+
+@pytest.mark.slow
+def test_uneven_hosts_go_through_one_leader_to_the_flat_paths_weights(hosts_env: dict[str, str]) -> None:
+    tiers = _tiers_on("hx1:2,hx2:1", hosts_env | {"MLDIST_HIERARCHICAL": "1"})
+    flat = _tiers_on("hx1:2,hx2:1", hosts_env | {"MLDIST_HIERARCHICAL": "0"})
+    assert [(r["tiered"], r["rails"]) for r in tiers] == [(True, False)] * 3, tiers
+    assert tiers[0]["hierarchy"]["reason"].endswith("all-reduce among 2 node leaders, broadcast")
+    assert [r["tiered"] for r in flat] == [False] * 3
+    sums = {"float32": 6.0, "bfloat16": 6.0, "int32": 6, "max": 2.0}
+    assert all(r["sums"] == sums for r in tiers + flat), [r["sums"] for r in tiers + flat]
+    for t, f in zip(tiers, flat, strict=True):
+        for wt, wf in zip(t["weights"], f["weights"], strict=True):  # type: ignore[call-overload]
+            np.testing.assert_allclose(np.array(wt, np.float32), np.array(wf, np.float32), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -123,9 +162,15 @@ def test_mldist_env_says_which_all_reduce(hosts_env: dict[str, str]) -> None:
     res = check(mldist(cmd, env=hosts_env | {"MLDIST_HIERARCHICAL": "1"}, timeout=180))
     said = [line.split("] ", 1)[1] for line in res.stdout.splitlines() if "allreduce " in line]
     expected = (
-        "allreduce hierarchical (2 nodes x up to 2 ranks: reduce on the node, all-reduce among 2 node leaders, "
-        "broadcast)"
+        "allreduce hierarchical (2 nodes x 2 ranks: reduce-scatter on the node, 2 all-reduces across nodes, allgather)"
     )
     assert said == [expected] * 4, tail(res)
     res = check(mldist(cmd, env=hosts_env, timeout=180))
-    assert res.stdout.count("allreduce flat (auto: 2 nodes x up to 2 ranks stay flat") == 4, tail(res)
+    assert res.stdout.count("allreduce flat (auto: 2 nodes x 2 ranks in a row: flat halves on the node") == 4, tail(res)
+    # 3 ranks per host: auto goes in tiers (Open MPI's flat all-reduce would fold across the link).
+    cmd[2] = "hx1:3,hx2:3"
+    res = check(mldist(cmd, env=hosts_env, timeout=240))
+    said = (
+        "allreduce hierarchical (2 nodes x 3 ranks: reduce-scatter on the node, 3 all-reduces across nodes, allgather)"
+    )
+    assert res.stdout.count(said) == 6, tail(res)

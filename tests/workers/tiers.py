@@ -51,6 +51,7 @@ row = {
     "size": n,
     "node": os.uname().nodename,
     "tiered": tiered,
+    "rails": World.rails is not None,  # every node alike: R all-reduces across nodes (mpi_tiers.in_rails)
     "hierarchy": None if h is None else {"on": h.on, "nodes": h.nodes, "per_node": h.per_node, "reason": h.reason},
     "weights": weights,
     "sums": sums,

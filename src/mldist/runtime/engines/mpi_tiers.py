@@ -5,11 +5,16 @@ the link in more steps and with more bytes than one rank per node needs (measure
 over 1 Gbit/s, 2 ranks per host: the 1.4 MB all-reduce took 1.8-1.9x one rank per host's). In
 tiers, each bucket is
 
-1. reduced into the node's lowest rank over the node's communicator (``MPI_Ireduce``: shared memory),
-2. all-reduced among those node leaders over the network with the flat path's own call
+1. reduce-scattered on the node (``MPI_Ireduce_scatter`` over the node's communicator: shared memory),
+   so each of its R ranks holds the node's sum of 1/R of the buffer,
+2. each share all-reduced among the ranks of its local rank on every node (the rails: R all-reduces of
+   n/R side by side, as NCCL's and Horovod's many-leader schemes) with the flat path's own call
    (:func:`mldist.runtime.engines.mpi_join.allreduce`: nonblocking, Open MPI's Rabenseifner; bf16 and fp16
    travel as their 16 bits with their own sum, as in the flat path),
-3. broadcast back on the node (``MPI_Ibcast``).
+3. gathered back on the node (``MPI_Iallgatherv``).
+
+Where nodes hold different numbers of ranks, one leader per node does it instead (:func:`in_tiers`:
+``MPI_Ireduce`` into the node's lowest rank, the leaders' all-reduce, ``MPI_Ibcast``).
 
 Each call is nonblocking and polled as the flat path's is (:func:`mldist.runtime.engines.mpi_wait.drive`),
 bucket after bucket on the progress thread, so buckets overlap backprop as before. Whether the
@@ -52,8 +57,44 @@ def allreduce(send: Any, out: np.ndarray[Any, Any], op: Any, poll: Callable[[Any
     """
     if not tiered():
         mpi_join.allreduce(World.active, send, out, op, poll)
+    elif World.rails is not None:
+        in_rails(World.node, World.rails, send, out, op, poll)
     else:
         in_tiers(World.node, World.leaders, send, out, op, poll)
+
+
+def shares(count: int, parts: int) -> tuple[list[int], list[int]]:
+    """``count`` elements cut into ``parts`` runs as even as can be: their counts and offsets.
+
+    Example:
+        >>> shares(10, 4)
+        ([3, 3, 2, 2], [0, 3, 6, 8])
+    """
+    counts = [count // parts + (i < count % parts) for i in range(parts)]
+    return counts, [sum(counts[:i]) for i in range(parts)]
+
+
+def in_rails(node: Any, rails: Any, send: Any, out: np.ndarray[Any, Any], op: Any, poll: Callable[[Any], None]) -> None:
+    """Reduce-scatter on ``node``, all-reduce each share among its ``rails``, allgather on ``node``.
+
+    Each of the node's R ranks owns 1/R of the buffer: the node's sum of it lands there
+    (``MPI_Ireduce_scatter``, shared memory), local rank r all-reduces its share with local rank r of
+    every other node (R all-reduces of n/R side by side, the same n bytes over each node's link as one
+    leader sends, but from R ranks at once), and the node's ranks gather the shares back
+    (``MPI_Iallgatherv``). The one extra buffer is a share.
+
+    Args:
+        node: this node's communicator (``COMM_TYPE_SHARED``); every node has as many ranks.
+        rails: local rank r of every node (this rank's).
+        send, out, op, poll: as :func:`in_tiers`'s.
+    """
+    from mpi4py import MPI
+
+    counts, offsets = shares(out.size, node.Get_size())
+    share = np.empty(counts[node.Get_rank()], out.dtype)
+    poll(node.Ireduce_scatter(out if send is MPI.IN_PLACE else send, share, counts, op))
+    mpi_join.allreduce(rails, MPI.IN_PLACE, share, op, poll)
+    poll(node.Iallgatherv(share, [out, (counts, offsets)]))
 
 
 def in_tiers(

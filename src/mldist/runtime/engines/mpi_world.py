@@ -41,6 +41,8 @@ class World:
     #: With ``hierarchy.on``: this node's ranks (``COMM_TYPE_SHARED``), and the node leaders' (None elsewhere).
     node: Any = None
     leaders: Any = None
+    #: With ``hierarchy.on`` and every node alike: the ranks of this node's local rank on every node (the rails).
+    rails: Any = None
     #: A rank has joined (hvd.join) in the collective running now: its all-reduce goes flat, as joined ranks answer.
     joined = False
 
@@ -76,10 +78,11 @@ def arrange(setting: str) -> Hierarchy:
     """Decide, once, whether the world's all-reduces are hierarchical; make the communicators they need.
 
     Collective. The facts come from MPI itself, so every rank decides alike: the nodes are the
-    ``COMM_TYPE_SHARED`` groups (ranks that share memory), their count and the largest one are
-    all-reduced over the world. Where hierarchy is on, the node's communicator carries the reduce and
-    the broadcast (shared memory), and one made of each node's lowest rank the all-reduce between
-    nodes (:mod:`mldist.runtime.engines.mpi_tiers`).
+    ``COMM_TYPE_SHARED`` groups (ranks that share memory); their count, the largest and smallest one,
+    and whether every node's ranks are numbered in a row are all-reduced over the world. Where
+    hierarchy is on, the node's communicator carries the on-node steps (shared memory); between nodes,
+    with every node alike, one communicator per local rank (the rails: local rank r of every node),
+    else one of each node's lowest rank (:mod:`mldist.runtime.engines.mpi_tiers`).
 
     Args:
         setting: "auto", "on" or "off" (:func:`mldist.placement.hierarchy.requested`).
@@ -93,10 +96,16 @@ def arrange(setting: str) -> Hierarchy:
     leader = node.Get_rank() == 0
     nodes = np.array([int(leader)], np.int64)
     comm.Allreduce(MPI.IN_PLACE, nodes, MPI.SUM)  # one leader per node
-    biggest = np.array([node.Get_size()], np.int64)
-    comm.Allreduce(MPI.IN_PLACE, biggest, MPI.MAX)
-    World.hierarchy = tiers(setting, int(nodes[0]), int(biggest[0]))
-    if World.hierarchy.on:
+    ends = np.array([comm.Get_rank(), -comm.Get_rank()], np.int64)
+    node.Allreduce(MPI.IN_PLACE, ends, MPI.MAX)  # the node's highest and minus its lowest world rank
+    apart = int(ends[0] + ends[1]) + 1 != node.Get_size()  # the node's ranks are not numbered in a row
+    facts = np.array([node.Get_size(), -node.Get_size(), int(apart)], np.int64)
+    comm.Allreduce(MPI.IN_PLACE, facts, MPI.MAX)  # the largest node, minus the smallest, any node apart
+    even = int(facts[0]) == -int(facts[1])
+    World.hierarchy = tiers(setting, int(nodes[0]), int(facts[0]), even, in_a_row=not facts[2])
+    if World.hierarchy.on and even:  # local rank r of every node: one all-reduce per local rank, side by side
+        World.node, World.rails = node, comm.Split(node.Get_rank(), comm.Get_rank())
+    elif World.hierarchy.on:
         leaders = comm.Split(0 if leader else MPI.UNDEFINED, comm.Get_rank())
         World.node, World.leaders = node, (None if leaders == MPI.COMM_NULL else leaders)
     else:
