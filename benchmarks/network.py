@@ -56,11 +56,12 @@ compute alone, then over the bound; then mldist/Horovod, both on hvd_worker.py (
 Several ranks per host (``--ranks-per-host R``, e.g. ``1,2,4``): instead of the table above, per rate,
 model and R, the all-reduce of the model's gradient size (bench_worker.py ``allreduce``: mldist.allreduce
 in a tf.function, 8 timed after 2 warm-ups, the slower rank's mean) on ``-H hx1:R,hx2:R``,
-flat (``MLDIST_HIERARCHICAL=0``) and hierarchical (``=1``: reduce on the host, all-reduce among one
-rank per host, broadcast on the host) side by side, with the per-node bound: n bytes each way per host
-at the link's rate (the 2 leaders' all-reduce) plus the on-node all-reduce measured alone (``-H hx1:R``:
-what the reduce and the broadcast on a host cost together). ``--fit`` adds Keras fit (bench_worker.py
-``mldist``) flat and hierarchical with compute alone, images/s per worker, over the bound
+flat (``MLDIST_HIERARCHICAL=0``) and hierarchical (``=1``: reduce-scatter on the host, one all-reduce
+per local rank across the hosts, allgather on the host) side by side, with the per-node bound: n bytes
+each way per host at the link's rate (what crosses a host's link in tiers) plus the on-node all-reduce
+measured alone (``-H hx1:R``: what the on-node steps cost together), and the default (``auto``: tiers
+with R not a power of two, else flat; placement.hierarchy.tiers) over R=1's flat. ``--fit`` adds Keras
+fit (bench_worker.py ``mldist``) flat and hierarchical with compute alone, images/s per worker, over the bound
 batch / max(compute, transfer + on-node). R ranks on a host share the machine's cores (rank r pinned to
 CPU r mod cores), so on the 2-core VM the compute-bound runs are slower than on real nodes.
 
@@ -88,6 +89,7 @@ from types import FrameType
 from horovod_synthetic import STEPS as HVD_STEPS
 from throughput import ONE, PY, STEPS, WORKER, _env, _rows
 
+from mldist.placement import hierarchy
 from mldist.runtime.collect.buckets import DEFAULT_BUCKET_BYTES, WIRE_DTYPES, plan_buckets
 
 HERE = Path(__file__).resolve().parent
@@ -417,8 +419,8 @@ TIER_FITS = {
 }
 TIER_STEPS = ["--steps", "8", "--warmup", "2"]  # the all-reduce: 8 timed after 2 warm-ups
 TIER_GOALS = (
-    "goals (issue 65, 1gbit, R=2): 1.4 MB (cnn) all-reduce in tiers within 1.2x of R=1's flat; "
-    "MobileNetV2 fit in tiers >= 0.9 of the per-node bound and >= 1.3x flat"
+    "goals (issue 65, 1gbit, R=2): 1.4 MB (cnn) all-reduce, the default path, within 1.2x of R=1's flat; "
+    "MobileNetV2 fit >= 0.9 of the per-node bound and >= 1.3x flat"
 )
 
 
@@ -499,7 +501,7 @@ def report_tiers(med: dict[str, dict[str, float]], grads: dict[str, list[float]]
     """Print the flat and hierarchical all-reduce (and fit) side by side with the per-node bound."""
     print("\nall-reduce of the gradient, ms (slower rank; in brackets: over the per-node bound), 2 hosts x R ranks")
     print(f"{'model':12s} | {'rate':>7s} | R | {'MB':>6s} | {'link':>7s} | {'on-node':>7s} | {'bound':>7s} | "
-          f"{'flat':>14s} | {'tiers':>14s} | flat/tiers | tiers/R=1")  # fmt: skip
+          f"{'flat':>14s} | {'tiers':>14s} | flat/tiers | tiers/R=1 | default/R=1")  # fmt: skip
     table: dict[str, object] = {}
     for key, m in med.items():
         model, rate, r = key.split("/")
@@ -509,9 +511,11 @@ def report_tiers(med: dict[str, dict[str, float]], grads: dict[str, list[float]]
         tiers = m.get("tiers", m["flat"])  # R=1: the flat path is the tiered one
         one = med.get(f"{model}/{rate}/1", {}).get("flat", 0.0)
         over_one = f"{tiers / one:9.2f}x" if one else f"{'-':>10s}"
+        auto = hierarchy.tiers("auto", 2, int(r)).on  # what MLDIST_HIERARCHICAL unset takes on these hosts
+        default = f"{(tiers if auto else m['flat']) / one:5.2f}x ({'tiers' if auto else 'flat'})" if one else "-"
         print(f"{model:12s} | {rate:>7s} | {r} | {nbytes / 1e6:6.2f} | {link:7.1f} | {m.get('on-node', 0.0):7.1f} | "
               f"{bound:7.1f} | {m['flat']:7.1f} ({m['flat'] / bound:4.2f}) | {tiers:7.1f} ({tiers / bound:4.2f}) | "
-              f"{m['flat'] / tiers:9.2f}x | {over_one}")  # fmt: skip
+              f"{m['flat'] / tiers:9.2f}x | {over_one} | {default}")  # fmt: skip
         table[key] = m | {"bound_ms": bound, "link_ms": link, "gradient_bytes": nbytes}
     fits = {k: m for k, m in med.items() if "fit flat" in m}
     if fits:
