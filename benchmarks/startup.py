@@ -1,7 +1,10 @@
 """Start-up at scale: what one worker's start asks of the file system, and `mldist run` against a bare `mpirun`.
 
-    python benchmarks/startup.py [--parts files,launch] [--cases numpy,tensorflow,jax]
-                                 [--ranks 16,32,64] [--rounds 2] [--json FILE]
+    python benchmarks/startup.py [--parts files,launch,staged,hosts,silent] [--cases numpy,tensorflow,jax]
+                                 [--ranks 16,32,64] [--rounds 2] [--hosts 16] [--ranks-per-host 2] [--json FILE]
+    python benchmarks/startup.py --only run64     # just -n 64 against mpirun (--rounds applies), alone
+    python benchmarks/startup.py --only hosts     # just 16 test hosts x 2 ranks against mpirun --host
+    python benchmarks/startup.py --only silent    # just the -H check of 4,096 silent hosts
 
 Parts (``--parts``, in this order):
 
@@ -18,9 +21,19 @@ Parts (``--parts``, in this order):
            environment, as ``mldist run`` finds it; oversubscribed and unbound, as mldist starts it), for
            each N of ``--ranks``, in interleaved rounds (``--rounds``): medians, and their ratio.
 
-Other parts register themselves in :data:`PARTS` (a name and a function of the parsed arguments that
-returns rows): staged environments (``--stage-env``) against the shared one, and the ``-H`` check of 4,096
-silent hosts, add theirs there. Each row is a dict; the table prints one per part.
+  staged   one worker's file-system calls off the node at start, from its environment and from a staged copy.
+  hosts    ``mldist run -H hx1:R,...,hxH:R`` of the numpy-only script against a bare ``mpirun --host`` of the
+           same hosts (``--hosts``, ``--ranks-per-host``; scripts/test-hosts.sh's network namespaces, each with
+           its own sshd), interleaved rounds: medians, and their ratio. Needs root; starts the hosts unless
+           they answer, and stops only what it started.
+  silent   ``mldist run -H <4,096 silent one-slot hosts> --connect-timeout 2`` under ``ulimit -n 20000``:
+           seconds until its one line, the line's length and the exit code, beside the goal (2 x the timeout
+           + 5 s). The names resolve, in a network namespace of its own, to addresses whose packets are
+           dropped: nothing leaves the machine. Needs root (``unshare -n -m``).
+
+Parts register themselves in :data:`PARTS` (a name and a function of the parsed arguments that returns
+rows). Each row is a dict; the table prints one per part. ``--only`` picks one comparison to run alone
+(:data:`ONLY`), for a rerun on a quiet machine.
 
 A bad flag is one line and exit code 2, before anything starts. Needs ``strace`` for ``files``
 (``apt-get install strace``); without it that part says so in one line and the others run.
@@ -29,6 +42,9 @@ A bad flag is one line and exit code 2, before anything starts. Needs ``strace``
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import importlib.util
 import json
 import os
 import re
@@ -38,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,34 +166,175 @@ def _timed(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> float
     return took
 
 
+def interleaved(
+    cases: Mapping[str, Mapping[str, Sequence[str]]], env: Callable[[], Mapping[str, str]], rounds: int, timeout: float
+) -> dict[str, dict[str, float]]:
+    """Each case's ``mldist`` and ``mpirun`` command, in ``rounds`` interleaved rounds; the median seconds of each.
+
+    Args:
+        cases: label (e.g. ``-n 64``) -> ``{"mldist": argv, "mpirun": argv}``.
+        env: gives each run its environment (a fresh one: prterun's session folder is its own).
+        rounds: how many times each command runs; the two alternate which goes first.
+        timeout: seconds one run may take.
+    """
+    times: dict[tuple[str, str], list[float]] = {}
+    for rnd in range(rounds):
+        for label, runs in cases.items():
+            order = list(runs) if rnd % 2 == 0 else list(reversed(runs))  # neither always goes first
+            for name in order:
+                took = _timed(runs[name], env(), timeout=timeout)
+                times.setdefault((label, name), []).append(took)
+                print(f"startup.py: round {rnd + 1}, {label}, {name}: {took:.1f} s", file=sys.stderr, flush=True)
+    return {label: {name: statistics.median(times[(label, name)]) for name in runs} for label, runs in cases.items()}
+
+
+def _ratio_row(first: Row, medians: Mapping[str, float]) -> Row:
+    mine, bare = medians["mldist"], medians["mpirun"]
+    return {**first, "mldist_s": round(mine, 2), "mpirun_s": round(bare, 2), "ratio": round(mine / bare, 2)}
+
+
+def _scripts(scratch: Path) -> tuple[str, str]:
+    """The two scripts of the comparison, written in ``scratch``: mldist's and mpi4py's.
+
+    mldist's modules are compiled first, as ``pip install`` leaves them: an editable checkout run with
+    ``PYTHONDONTWRITEBYTECODE=1`` would otherwise compile them again in every rank.
+    """
+    subprocess.run([PY, "-m", "compileall", "-q", str(Path(mldist_file()).parent)], capture_output=True, timeout=600)
+    (scratch / "with_mldist.py").write_text(MLDIST_SCRIPT)
+    (scratch / "bare.py").write_text(BARE_SCRIPT)
+    return str(scratch / "with_mldist.py"), str(scratch / "bare.py")
+
+
+def mldist_file() -> str:
+    """Where this Python finds mldist's package (``__init__.py``), without importing it here."""
+    spec = importlib.util.find_spec("mldist")
+    if spec is None or spec.origin is None:
+        raise SystemExit("startup.py: mldist is not installed in this Python (pip install -e .)")
+    return spec.origin
+
+
 def launch_part(args: argparse.Namespace) -> list[Row]:
     """``mldist run -n N`` against a bare ``mpirun -n N`` of the same work, interleaved rounds, medians."""
     if not os.access(MPIRUN, os.X_OK):
         raise SystemExit(f"startup.py: launch: no mpirun beside this Python ({MPIRUN}); pip install 'mldist[cpu]'")
-    times: dict[tuple[int, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp:
         scratch = Path(tmp)
-        (scratch / "with_mldist.py").write_text(MLDIST_SCRIPT)
-        (scratch / "bare.py").write_text(BARE_SCRIPT)
-        for rnd in range(args.rounds):
-            for n in args.ranks:
-                env = bench_env(scratch, AS_ROOT if os.geteuid() == 0 else {})
-                runs = {
-                    "mldist": [PY, "-m", "mldist", "run", "-n", str(n), "--", PY, str(scratch / "with_mldist.py")],
-                    "mpirun": [MPIRUN, "-n", str(n), "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE",
-                               PY, str(scratch / "bare.py")],
-                }  # fmt: skip
-                order = list(runs) if rnd % 2 == 0 else list(reversed(runs))  # neither always goes first
-                for name in order:
-                    took = _timed(runs[name], env, timeout=args.timeout)
-                    times.setdefault((n, name), []).append(took)
-                    print(f"startup.py: round {rnd + 1}, -n {n}, {name}: {took:.1f} s", file=sys.stderr, flush=True)
-    rows = []
-    for n in args.ranks:
-        mine, bare = statistics.median(times[(n, "mldist")]), statistics.median(times[(n, "mpirun")])
-        row = {"ranks": n, "mldist_s": round(mine, 2), "mpirun_s": round(bare, 2)}
-        rows.append({**row, "ratio": round(mine / bare, 2)})
-    return rows
+        mine, bare = _scripts(scratch)
+        cases = {
+            f"-n {n}": {
+                "mldist": [PY, "-m", "mldist", "run", "-n", str(n), "--", PY, mine],
+                "mpirun": [MPIRUN, "-n", str(n), "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE", PY, bare],
+            }
+            for n in args.ranks
+        }
+        env = functools.partial(bench_env, scratch, AS_ROOT if os.geteuid() == 0 else {})
+        medians = interleaved(cases, env, args.rounds, args.timeout)
+    return [_ratio_row({"ranks": n}, medians[f"-n {n}"]) for n in args.ranks]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTS_SCRIPT = ROOT / "scripts" / "test-hosts.sh"
+#: test-hosts.sh's bridge: Open MPI's TCP between the hosts goes there (as mldist run -H tells its own).
+SUBNET = os.environ.get("MLDIST_HOSTS_NET", "172.31.77") + ".0/24"
+
+
+def _answers(ssh_config: Path, index: int) -> bool:
+    """Whether test host hx<index> answers over ssh."""
+    argv = ["timeout", "10", "ssh", "-F", str(ssh_config), f"hx{index}", "hostname"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip() == f"hx{index}"
+
+
+@contextlib.contextmanager
+def test_hosts(count: int) -> Iterator[str]:
+    """The ssh config of hx1..hx<count>. Hosts already up (another run's, a test's) are used as they are and the
+    missing ones added beside them (``revive N``), which stay until the next ``test-hosts.sh stop``; with none up
+    it starts all ``count`` and stops them at the end."""
+    knobs = {**os.environ, "MLDIST_HOSTS": str(count)}
+    script = ["bash", str(HOSTS_SCRIPT)]
+    config = Path(os.environ.get("MLDIST_HOSTS_DIR", "/tmp/mldist-hosts")) / "ssh_config"
+    base_up = subprocess.run([*script, "status"], capture_output=True, timeout=120, env=os.environ).returncode == 0
+    started = False
+    try:
+        if base_up:
+            for index in (i for i in range(1, count + 1) if not _answers(config, i)):
+                res = subprocess.run([*script, "revive", str(index)], capture_output=True, text=True, timeout=300)
+                if res.returncode:
+                    raise SystemExit(f"startup.py: hosts: test-hosts.sh revive {index} failed: {res.stderr[-300:]}")
+        else:
+            res = subprocess.run([*script, "start"], capture_output=True, text=True, timeout=900, env=knobs)
+            if res.returncode:
+                raise SystemExit(f"startup.py: hosts: test-hosts.sh start failed: {res.stderr.strip()[-300:]}")
+            started = True
+        yield str(config)
+    finally:
+        if started:
+            subprocess.run([*script, "stop"], capture_output=True, timeout=300, env=knobs)
+
+
+def hosts_part(args: argparse.Namespace) -> list[Row]:
+    """``mldist run -H`` over ``--hosts`` test hosts x ``--ranks-per-host`` against a bare ``mpirun --host``."""
+    if os.geteuid() != 0:
+        print("startup.py: hosts: the test hosts need root (namespaces, sshd); part skipped", file=sys.stderr)
+        return []
+    hosts = ",".join(f"hx{i}:{args.ranks_per_host}" for i in range(1, args.hosts + 1))
+    n = args.hosts * args.ranks_per_host
+    with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp, test_hosts(args.hosts) as ssh_config:
+        scratch = Path(tmp)
+        mine, bare = _scripts(scratch)
+        forward = [word for name in ("PATH", "PYTHONUNBUFFERED") for word in ("-x", name)]
+        label = f"-H {args.hosts} x {args.ranks_per_host}"
+        cases = {
+            label: {
+                # (a longer check timeout than the default 10 s: sshd answers slowly on a loaded machine)
+                "mldist": [PY, "-m", "mldist", "run", "-H", hosts, "--connect-timeout", "30", "--", PY, mine],
+                "mpirun": [MPIRUN, "-n", str(n), "--host", hosts, "--bind-to", "none", *forward, PY, bare],
+            }
+        }
+        # Both launchers reach the hosts with the same ssh; mpirun gets what mldist run -H sets for itself.
+        over_ssh = {"PRTE_MCA_plm_ssh_agent": f"ssh -F {ssh_config}", "PYTHONUNBUFFERED": "1", **AS_ROOT}
+        over_ssh |= {"OMPI_MCA_btl": "^ofi", "OMPI_MCA_btl_tcp_if_include": SUBNET}
+        over_ssh |= {"PRTE_MCA_oob_tcp_if_include": SUBNET}
+        env = functools.partial(bench_env, scratch, over_ssh)
+        medians = interleaved(cases, env, args.rounds, args.timeout)
+    return [_ratio_row({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "ranks": n}, medians[label])]
+
+
+#: silent: a namespace whose veth pair has no ARP and a far end without an address (every packet to
+#: TEST-NET-1 dies there), and the hosts file given by $1 bound over /etc/hosts.
+DROPPING_NET = """set -e
+ip link set lo up
+ip link add mldrop0 type veth peer name mldrop1
+ip link set mldrop0 arp off up
+ip link set mldrop1 up
+ip addr add 192.0.2.1/24 dev mldrop0
+mount --bind "$1" /etc/hosts
+shift
+exec "$@"
+"""
+
+
+def silent_part(args: argparse.Namespace) -> list[Row]:
+    """The ``-H`` check of ``--silent`` silent one-slot hosts at ``--connect-timeout 2`` (see the docstring)."""
+    count, timeout = args.silent, 2
+    with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp:
+        scratch = Path(tmp)
+        names = [f"s{i:04d}" for i in range(count)]
+        lines = ["127.0.0.1 localhost", *(f"192.0.2.{i % 250 + 2} {name}" for i, name in enumerate(names))]
+        (scratch / "hosts").write_text("\n".join(lines) + "\n")
+        (scratch / "net.sh").write_text(DROPPING_NET)
+        run = [PY, "-m", "mldist", "run", "-H", ",".join(f"{name}:1" for name in names)]
+        run += ["--connect-timeout", str(timeout), "--no-run-dir", "--", PY, "-c", "print('WORKER RAN')"]
+        limited = ["bash", "-c", 'ulimit -n 20000 && exec "$@"', "-", *run]
+        argv = ["unshare", "-n", "-m", "--", "bash", str(scratch / "net.sh"), str(scratch / "hosts"), *limited]
+        env = bench_env(scratch, {"PRTE_MCA_plm_ssh_agent": "ssh -F /dev/null -o StrictHostKeyChecking=no"})
+        started = time.perf_counter()
+        res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=args.timeout)
+        took = time.perf_counter() - started
+    said = res.stderr.strip().splitlines()
+    if res.returncode != 2 or len(said) != 1 or "WORKER RAN" in res.stdout:
+        raise SystemExit(f"startup.py: silent: expected one line and exit 2, got exit {res.returncode}: {said[-5:]}")
+    row = {"hosts": count, "connect_timeout_s": timeout, "seconds": round(took, 2), "goal_s": 2 * timeout + 5}
+    return [{**row, "exit_code": res.returncode, "line_chars": len(said[0])}]
 
 
 #: Parts by name, in the order they run: each takes the parsed arguments and returns its table's rows.
@@ -254,6 +411,14 @@ def staged_part(args: argparse.Namespace) -> list[Row]:
 
 
 PARTS["staged"] = staged_part
+PARTS["hosts"] = hosts_part
+PARTS["silent"] = silent_part
+#: ``--only NAME``: one comparison alone (the parts and ranks it sets), e.g. for a rerun on a quiet machine.
+ONLY: dict[str, dict[str, Any]] = {
+    "run64": {"parts": ["launch"], "ranks": [64]},
+    "hosts": {"parts": ["hosts"]},
+    "silent": {"parts": ["silent"]},
+}
 
 
 def table(name: str, rows: Sequence[Row]) -> str:
@@ -304,6 +469,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _test_hosts(text: str) -> int:
+    if not re.fullmatch(r"[1-9]|[12][0-9]|3[0-2]", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 to 32 test hosts (scripts/test-hosts.sh makes at most 32)")
+    return int(text)
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The flags; a bad one is one line and exit code 2."""
     p = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,8 +484,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=_positive, default=2, help="launch: interleaved rounds (medians)")
     p.add_argument("--timeout", type=_positive, default=900, help="seconds one run may take")
     p.add_argument("--stage-venv", help="staged: the environment to stage (default: this Python's)")
+    p.add_argument("--hosts", type=_test_hosts, default=16, help="hosts: how many test hosts (1-32)")
+    p.add_argument("--ranks-per-host", type=_positive, default=2, help="hosts: ranks on each")
+    p.add_argument("--silent", type=_positive, default=4096, help="silent: how many silent hosts")
+    p.add_argument("--only", choices=list(ONLY), help="run just this comparison (its parts and ranks)")
     p.add_argument("--json", type=Path, help="also write the rows here, by part")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name, value in ONLY.get(args.only or "", {}).items():
+        setattr(args, name, value)
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -18,7 +18,7 @@
 #
 # Knobs (environment):
 #   MLDIST_HOSTS_DIR   keys, configs, pid files, logs   [/tmp/mldist-hosts]
-#   MLDIST_HOSTS       number of hosts                  [2]
+#   MLDIST_HOSTS       number of hosts, 1..32           [2]
 #   MLDIST_HOSTS_NET   the bridge's /24 (first 3 octets) [172.31.77]
 #
 # Only this machine's namespaces are ever addressed: the bridge is not routed anywhere.
@@ -28,6 +28,7 @@ set -euo pipefail
 readonly ME="test-hosts.sh"
 readonly MARK="# mldist-test-hosts"
 readonly BRIDGE="mldbr0"
+readonly MOST=32  # hosts at most (benchmarks/startup.py's hosts part uses 16)
 
 D="${MLDIST_HOSTS_DIR:-/tmp/mldist-hosts}"
 N="${MLDIST_HOSTS:-2}"
@@ -38,7 +39,7 @@ die() { echo "[$ME] ERROR: $*" >&2; exit 1; }
 
 check_knobs() {
   case "$D" in /*) ;; *) die "MLDIST_HOSTS_DIR must be an absolute path (got '$D')" ;; esac
-  [[ "$N" =~ ^[1-9]$ ]] || die "MLDIST_HOSTS must be 1..9 (got '$N')"
+  [[ "$N" =~ ^([1-9]|[12][0-9]|3[0-2])$ ]] || die "MLDIST_HOSTS must be 1..$MOST (got '$N')"
   [[ "$NET" =~ ^(10|172\.(1[6-9]|2[0-9]|3[01])|192\.168)(\.[0-9]{1,3}){1,2}$ ]] && [ "$(tr -cd . <<< "$NET" | wc -c)" -eq 2 ] ||
     die "MLDIST_HOSTS_NET must be the first three octets of a private /24 (got '$NET')"
 }
@@ -107,7 +108,7 @@ start_host() {  # start_host INDEX
   ip link set "$n-h" master "$BRIDGE" up
   ip -n "$n" link set lo up
   # A fixed MAC: a host revived after a test killed it is the same neighbour to the others (no stale ARP).
-  ip -n "$n" link set eth0 address "02:6d:6c:64:00:0$i"
+  ip -n "$n" link set eth0 address "$(printf '02:6d:6c:64:00:%02x' "$i")"
   ip -n "$n" addr add "$(addr "$i")/24" dev eth0
   ip -n "$n" link set eth0 up
   # Pinned like the others' (one host key for all): a host added by revive is known too.
@@ -130,7 +131,7 @@ all_answer() {
 
 cmd_stop() {
   local i pf
-  for i in $(seq 1 9); do
+  for i in $(seq 1 "$MOST"); do
     pf="$D/sshd-hx$i.pid"
     if [ -s "$pf" ] && [ "$(cat "/proc/$(cat "$pf")/comm" 2>/dev/null)" = sshd ]; then kill "$(cat "$pf")" 2>/dev/null || true; fi
     rm -f "$pf"
@@ -179,7 +180,7 @@ cmd_start() {
 
 cmd_revive() {  # cmd_revive INDEX: hx<INDEX> again after a test killed it; the other hosts untouched
   local i="$1" n
-  [[ "$i" =~ ^[1-9]$ ]] || die "revive: give a host number 1..9 (got '$i')"
+  [[ "$i" =~ ^([1-9]|[12][0-9]|3[0-2])$ ]] || die "revive: give a host number 1..$MOST (got '$i')"
   [ -s "$D/ssh_config" ] || die "revive: the test hosts were never started ('start' first)"
   n="$(ns "$i")"
   ip netns pids "$n" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
@@ -194,7 +195,7 @@ cmd_revive() {  # cmd_revive INDEX: hx<INDEX> again after a test killed it; the 
 
 cmd_signal() {  # cmd_signal INDEX STOP|CONT: that signal to every process in hx<INDEX>'s namespace
   local i="$1" sig="$2" n pids pid left _
-  [[ "$i" =~ ^[1-9]$ ]] || die "$3: give a host number 1..9 (got '$i')"
+  [[ "$i" =~ ^([1-9]|[12][0-9]|3[0-2])$ ]] || die "$3: give a host number 1..$MOST (got '$i')"
   n="$(ns "$i")"
   pids="$(ip netns pids "$n" 2>/dev/null)" || die "$3: hx$i does not exist ('start' or 'revive $i' first)"
   [ -n "$pids" ] || die "$3: nothing runs on hx$i"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, ROOT, clean_env, tail
+from helpers import PY, ROOT, cannot_here, clean_env, tail
 
 STARTUP = str(ROOT / "benchmarks" / "startup.py")
 
@@ -41,6 +41,8 @@ def test_the_benchmark_counts_a_numpy_workers_start_and_times_a_small_launch(tmp
         (["--cases", "torch"], "'torch' is not a case; use numpy,tensorflow,jax"),
         (["--ranks", "0"], "'0': give rank counts such as 16,32,64"),
         (["--rounds", "none"], "'none': give 1 or more"),
+        (["--hosts", "40"], "'40': give 1 to 32 test hosts"),
+        (["--only", "run32"], "invalid choice: 'run32' (choose from 'run64', 'hosts', 'silent')"),
     ],
 )
 def test_a_bad_flag_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -48,3 +50,17 @@ def test_a_bad_flag_is_one_line_and_exit_2(args: list[str], message: str) -> Non
     assert res.returncode == 2, tail(res)
     (line,) = res.stderr.splitlines()
     assert res.stdout == "" and line.startswith("startup.py: error: ") and message in line, line
+
+
+def test_only_silent_runs_the_silent_hosts_check_alone(tmp_path: Path) -> None:
+    """``--only silent``: the -H check of silent hosts, alone (64 here; 4,096 by default), one line, exit 2."""
+    out = tmp_path / "rows.json"
+    args = ["--only", "silent", "--silent", "64", "--json", str(out)]
+    res = subprocess.run([PY, STARTUP, *args], capture_output=True, text=True, env=clean_env(), timeout=300)
+    if res.returncode != 0 and ("unshare" in res.stderr or "Operation not permitted" in res.stderr):
+        cannot_here(f"no network namespace here: {res.stderr.strip()[-200:]}")
+    assert res.returncode == 0, tail(res)
+    rows = json.loads(out.read_text())
+    assert list(rows) == ["silent"], rows  # nothing else ran
+    (row,) = rows["silent"]
+    assert row["hosts"] == 64 and row["exit_code"] == 2 and row["seconds"] < row["goal_s"] and row["line_chars"] < 300
