@@ -120,7 +120,6 @@ def _watches(size: int, shared: Path, local: Path, wall: Callable[[], float], cl
             node_of[host].keep_peers = False  # descriptors: 2 a simulated node, under the limit
         watch.node = node_of[host]
         watch.node._slots.setdefault(rank, nodes.Slot(local / host / f"rank-{rank}.rec", keep=False))
-        watch.published_waits = 0  # the slow-rank rows travel on the engine (bytes_with_waits: in the records)
         out.append(watch)
     return out
 
@@ -156,6 +155,7 @@ def steady(job: Job, rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             job.second(work)
     one = stall.Watch(0, "mpi", TIMEOUT, size=job.size)  # apart from the job: its collectives do not count
+    one.watchers = [stall.RecordedWaits()]  # as RING's and NCCL's records carry the waits
     for _ in range(stall.PUBLISHED_WAITS):  # a long run's history, as the records would carry it
         one.end(one.begin("allreduce(sum)"))
     with_waits = len(nodes.encode(asdict(one.record(job.now))))

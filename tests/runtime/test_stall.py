@@ -90,8 +90,13 @@ def test_every_ranks_records_carry_its_waits_where_rank_0_reads_them_there(
     monkeypatch.setattr(STATE, "engine", types.SimpleNamespace(gathers_aside=aside, aside=lambda r, s: None))
     monkeypatch.setattr(processwide, "at_exit", lambda *args: None)  # no exit handler left in the test process
     watch = stall.start(rank, "ring", {}, size=2, timeout=3600.0)
-    assert watch is not None and (watch.published_waits > 0) is carried
-    watch.watchers = []  # its thread goes on in this process: no account turns there
+    assert watch is not None
+    recorded = [w for w in watch.watchers if isinstance(w, stall.RecordedWaits)]  # a watcher registered with it
+    watch.watchers = [*recorded]  # its thread goes on in this process: no account turns there
+    token = watch.begin("allreduce(sum)")
+    watch.end(token)
+    assert bool(recorded) is carried and bool(watch.record(time.monotonic()).waits) is carried
+    assert not {"_waits", "published_waits"} & set(vars(watch))  # the watch carries none of the account's state
 
 
 def test_graph_counters_in_flight_since_they_last_changed() -> None:

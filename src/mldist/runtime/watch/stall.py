@@ -65,6 +65,32 @@ Probe = Callable[[], tuple[int, int, int]]
 Sampler = Callable[[FrameType | None, float, float], "tuple[str, float, float] | None"]
 
 
+class RecordedWaits:
+    """A watcher of the watch: this rank's last :data:`PUBLISHED_WAITS` collective waits, which its progress
+    records carry where rank 0's slow-rank account reads them there (RING, NCCL; :class:`Watch`'s ``record``).
+
+    Example:
+        >>> kept = RecordedWaits(2)
+        >>> for number in (1, 2, 3): kept.ended((number, 0.5, 0.1))
+        >>> kept.kept()
+        ((2, 0.5, 0.1), (3, 0.5, 0.1))
+    """
+
+    def __init__(self, count: int = PUBLISHED_WAITS) -> None:
+        self._kept: collections.deque[straggler.Entry] = collections.deque(maxlen=count)
+
+    def ended(self, entry: straggler.Entry) -> None:
+        """Keep the wait of a collective that ended (called with the watch's lock held)."""
+        self._kept.append(entry)
+
+    def turn(self, watch: Any) -> None:
+        """Nothing: the watch's records carry them."""
+
+    def kept(self) -> tuple[straggler.Entry, ...]:
+        """The waits kept, oldest first."""
+        return tuple(self._kept)
+
+
 class Watch:
     """Collectives in flight on this rank and the thread that ends the process when one stalls.
 
@@ -121,9 +147,6 @@ class Watch:
         self._publishing = threading.Lock()
         self._failed = 0  # records in a row that could not be made
         self.sampler = sampler
-        #: How many waits each record carries (:data:`PUBLISHED_WAITS`; 0 where the slow-rank rows travel on the
-        #: engine, not in the records).
-        self.published_waits = PUBLISHED_WAITS
         self.host = socket.gethostname() if host is None else host
         self.node: nodes.Node | None = None
         self.verdicts: verdict.Verdicts | None = None
@@ -132,11 +155,10 @@ class Watch:
             self.node = nodes.Node(where, local, self.host)
             self.verdicts = verdict.Verdicts(where, local, rank, self._born, wall)
         self._judged: tuple[int, float] | None = None  # a sampled wait every rank is in: judged once
-        # The slow-rank account (mldist.runtime.watch.straggler): each collective's wait, fit's steps, rank 0's tracker.
-        self._waits: collections.deque[straggler.Entry] = collections.deque(maxlen=straggler.KEPT)
-        self._ended: float | None = None
-        #: Fit's steps, and who else is told of each collective and turns with this thread (the slow-rank
-        #: account: :func:`mldist.runtime.watch.straggler_rounds.watchers`).
+        self._ended: float | None = None  # when the last collective ended (a wait's gap starts there)
+        #: Fit's steps, and the watchers registered with this watch: each is told of every collective that ends
+        #: and turns with this thread (the slow-rank account: :func:`mldist.runtime.watch.straggler_rounds.watchers`,
+        #: and :class:`RecordedWaits` where the records carry the waits). The watch keeps none of their state.
         self.steps, self.watchers = 0, cast("list[straggler_rounds.Watcher]", [])
 
     def begin(self, what: str) -> int:
@@ -155,10 +177,11 @@ class Watch:
             if done is not None:
                 self._finished += 1
                 self._last = (done[0], self._wall())
-                self._waits.append(straggler.entry(token, done[1], self._ended, now))
+                if self.watchers:
+                    entry = straggler.entry(token, done[1], self._ended, now)
+                    for watcher in self.watchers:
+                        watcher.ended(entry)
                 self._ended = now
-                for watcher in self.watchers:
-                    watcher.ended(self._waits[-1])
         # Where the watch thread is starved (it publishes every second), the thread that ran the
         # collective publishes: off the hot path otherwise, and a record is never far behind.
         if now - self._published > 2 * self.every:
@@ -194,7 +217,7 @@ class Watch:
         with self._lock:
             marks = list(self._flight.values())
             began, finished, last = self._began + self._seen[0], self._finished + self._seen[1], self._last
-            kept = tuple(self._waits)
+            kept = next((w.kept() for w in self.watchers if isinstance(w, RecordedWaits)), ())
         if (sampled := self._sampled(now, bool(marks) or probed is not None)) is not None:
             began, marks = began + 1, [sampled]
         oldest = min([*marks, *([probed] if probed else [])], key=lambda item: item[1], default=None)
@@ -211,7 +234,7 @@ class Watch:
             stack=main_thread_frames(),
             written=self._wall(),
             every=self.every,
-            waits=tuple((n, round(w, 6), round(g, 6)) for n, w, g in kept[len(kept) - self.published_waits :]),
+            waits=tuple((n, round(w, 6), round(g, 6)) for n, w, g in kept),
         )
 
     def publish(self) -> None:
@@ -313,20 +336,14 @@ def start(
         watch = Watch(rank, engine, timeout, probe, names, size=size, where=progress.folder(env), sampler=STATE.sampler)
         watch.publish()  # at once: a rank may be stuck before the thread's first turn
         watch.watchers = straggler_rounds.watchers(rank, size, env, watch._born, watch.every)
-        if not _records_carry_waits(size, env):
-            watch.published_waits = 0  # no one reads them from the records: a few hundred bytes each
+        records = not getattr(STATE.engine, "gathers_aside", False)  # RING, NCCL: rank 0 reads every rank's records
+        if size > 1 and records and envvalues.STRAGGLER_PERCENT.read(env) > 0:  # elsewhere no one reads waits there
+            watch.watchers.insert(0, RecordedWaits())
         if watch.node is not None:  # node-local memory is freed at exit (the node's file too, in a temporary folder)
             processwide.at_exit("atexit: the node's records freed", watch.node.forget, rank, progress.temporary(env))
         STATE.watch = watch  # the worker's context owns it (mldist.runtime.context.STATE)
         threading.Thread(target=watch.run, name="mldist-collective-watch", daemon=True).start()
     return cast("Watch | None", STATE.watch)
-
-
-def _records_carry_waits(size: int, env: Mapping[str, str]) -> bool:
-    """Whether rank 0's slow-rank account reads every rank's waits from the progress records: 2+ ranks, the
-    line on, and an engine whose rounds do not carry them (RING, NCCL; :func:`straggler_rounds.watchers`)."""
-    aside = getattr(STATE.engine, "gathers_aside", False)
-    return size > 1 and not aside and envvalues.STRAGGLER_PERCENT.read(env) > 0
 
 
 def sample_with(sampler: Sampler) -> None:
@@ -338,14 +355,12 @@ def sample_with(sampler: Sampler) -> None:
 
 def begin(what: str) -> int:
     """Mark a collective as started (0 when the watch is off); cheap: a lock and a dict entry."""
-    watch = STATE.watch
-    return watch.begin(what) if watch is not None else 0  # type: ignore[no-any-return]
+    return watch.begin(what) if (watch := STATE.watch) is not None else 0  # type: ignore[no-any-return]
 
 
 def end(token: int) -> None:
     """Mark the collective of ``token`` as finished."""
-    watch = STATE.watch
-    if watch is not None:
+    if (watch := STATE.watch) is not None:
         watch.end(token)
 
 
@@ -376,8 +391,7 @@ def stall_watch(what: str = "a training step") -> Iterator[None]:
 
 def step() -> None:
     """Count one training step (Keras's ``fit``, through ``StallWatch``): the slow-rank line's cost per step."""
-    watch = STATE.watch
-    if watch is not None:
+    if (watch := STATE.watch) is not None:
         watch.steps += 1
 
 
