@@ -92,6 +92,23 @@ def test_at_the_defaults_a_rank_10_percent_slower_is_named_within_5_minutes_and_
     assert _feed(straggler_watch.Tracker(2, 10, 30), loaded, hosts) == [None] * 300
 
 
+def test_two_slow_ranks_of_many_that_share_the_last_arrivals_are_named() -> None:
+    """Among 64 ranks, two throttled ranks each arrive last at half the collectives (32 times their fair share),
+    costing the others 12 %: one of them is named, as two ranks of two that take turns are not."""
+    hosts = {r: f"n{r // 4}" for r in range(64)}
+    stamped = []
+    for t in range(160):
+        late = 9 if t % 2 else 40
+        waits = {r: (0.0 if r == late else 0.06, 0.25) for r in range(64)}
+        stamped.append((t / 4, straggler.sample(t, waits, hosts)))
+    found = straggler.find(stamped, hosts, 10, 30, now=39.0, steps=120)
+    assert found is not None and found.rank in (9, 40) and not found.node and found.last_share == 0.5, found
+    two = {0: "a", 1: "b"}
+    turns = [(t / 4, straggler.sample(t, {0: (0.06 * (t % 2), 0.25), 1: (0.06 * (1 - t % 2), 0.25)}, two))
+             for t in range(160)]  # fmt: skip
+    assert straggler.find(turns, two, 10, 30, now=39.0, steps=120) is None
+
+
 def test_a_slow_node_is_named_when_no_one_of_its_ranks_is() -> None:
     hosts = {0: "a", 1: "a", 2: "b", 3: "b"}
     # Node b's two ranks arrive last in turn: each costs the others about half of what the node costs.

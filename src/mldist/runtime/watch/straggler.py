@@ -10,13 +10,13 @@ are compared, each on its own rank's clock: hosts' clocks need not agree.
 Rank 0's watch thread (:class:`mldist.runtime.watch.straggler_watch.Tracker`) reads every record about
 once a second and pairs each collective's waits across ranks (a :class:`Sample`). When one rank,
 or one node, costs the others at least ``MLDIST_STRAGGLER_PERCENT`` of their time (default 10) in each third of the last
-``MLDIST_STRAGGLER_SECONDS`` (default 30), or arrives last at most collectives for four windows running and costs
-them half that in each third of them (:func:`find_lasting`: a rank 10 % slower costs the others about 9 %), rank 0
-prints one line, once (:func:`message`), and
-writes it to ``straggler.json`` in the run directory, which ``mldist status`` shows; at the line
-and at exit it draws ``straggler.png``, each rank's wait per step. A one-off delay (start-up, a
-checkpoint) fills one third at most: no line. Ranks whose records rank 0 cannot see (other nodes
-without a shared progress folder, ``MLDIST_RUN_DIR``) leave every collective unpaired: no line.
+``MLDIST_STRAGGLER_SECONDS`` (default 30), arriving last at most of its collectives (:data:`LAST_SHARE`), or
+does so for four windows running at half that cost (:func:`find_lasting`: a rank 10 % slower costs the others
+about 9 %), rank 0 prints one line, once (:func:`message`), and writes it to ``straggler.json`` in the run
+directory, which ``mldist status`` shows; at the line and at exit it draws ``straggler.png``, each rank's wait
+per step. A one-off delay (start-up, a checkpoint) fills one third at most: no line. Ranks whose records rank 0
+cannot see (other nodes without a shared progress folder, ``MLDIST_RUN_DIR``) leave every collective unpaired:
+no line.
 
 Example:
     >>> s = sample(7, {0: (0.20, 0.25), 1: (0.01, 0.25)}, {0: "n1", 1: "n2"})
@@ -240,8 +240,10 @@ def find(
 
 
 #: The share of the collectives of each part of a window that the rank named arrived last at, at least: a clear
-#: majority, not what load on a balanced run's ranks gives one of them for a while.
-LAST_SHARE = 2 / 3
+#: majority, not what load on a balanced run's ranks gives one of them for a while; or, among many ranks (or
+#: nodes), :data:`FAIR_TIMES` times its fair share, whichever is less: two slow ranks of thousands share the
+#: last arrivals, and are named.
+LAST_SHARE, FAIR_TIMES = 2 / 3, 2.0
 #: The lasting rule (:func:`find_lasting`): over this many windows, split in thirds of a window, a rank (or node)
 #: that arrives last at a clear majority of collectives (:data:`RUN_LAST_SHARE`) and costs the others at least
 #: this fraction of ``MLDIST_STRAGGLER_PERCENT`` in every part is named. A rank 10 % slower than the others
@@ -364,7 +366,8 @@ def _named(
             break
         each = [_shares(third, node) for third in thirds]
         lasts = [collections.Counter(s.node if node else s.last for s in third) for third in thirds]
-        bars = [(part, last, least_last * len(third)) for part, last, third in zip(each, lasts, thirds, strict=True)]
+        least = min(least_last, FAIR_TIMES / max(1, len(set(hosts.values()) if node else hosts)))
+        bars = [(part, last, least * len(third)) for part, last, third in zip(each, lasts, thirds, strict=True)]
         found = [k for k in set().union(*each) if sum(p.get(k, 0.0) < bar or n[k] < m for p, n, m in bars) <= spare]
         if not found:
             continue
