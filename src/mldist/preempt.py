@@ -70,9 +70,14 @@ def install() -> dict[int, Any]:
 
 
 def uninstall(old: dict[int, Any]) -> None:
-    """Put back the handlers that :func:`install` replaced."""
+    """Put back the handlers that :func:`install` replaced.
+
+    SIGUSR1's default (to end the process) is put back as "ignore": it is the time limit's warning,
+    and one that comes after training ended (a job that finished inside its grace) must not turn the
+    rank's exit 0 into a death by signal (138) and the job into FAILED; the limit itself still ends it.
+    """
     for s, handler in old.items():
-        signal.signal(s, handler)
+        signal.signal(s, signal.SIG_IGN if s == signal.SIGUSR1 and handler == signal.SIG_DFL else handler)
 
 
 @contextlib.contextmanager
