@@ -6,6 +6,7 @@ mpiexec's rank variable and a ``start-R`` file from :func:`mldist.launch.mpiexec
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import PY, check, mldist
 from mldist.base import envvalues
 from mldist.launch import procs, shim
 from mldist.launch.mpiexec import rank_variables, shim_argv, start_file
@@ -119,3 +121,15 @@ def test_rank_variables_give_each_rank_its_place_and_keep_a_users_own() -> None:
     assert got[envvalues.RANK.name] == "3" and got[envvalues.LOCAL_SIZE.name] == "4" and got["LOCAL_RANK"] == "3"
     assert "WORLD_SIZE" not in got and "OMP_NUM_THREADS" not in got
     assert rank_variables({}, 0, 2, [], 3)["OMP_NUM_THREADS"] == "3"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to split")
+def test_through_mpiexec_each_rank_gets_its_cpus_and_place_from_the_launchers_start_file() -> None:
+    """A real ``mldist run --communication mpi --cpu-bind cores``: the launcher's start files reach each worker."""
+    code = "import os, json; print(json.dumps([sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'], "
+    code += "os.environ['RANK'], os.environ['OMPI_COMM_WORLD_RANK'], os.environ.get('MLDIST_HOOK_SKIP')]))"
+    argv = ["run", "-n", "2", "--communication", "mpi", "--cpu-bind", "cores", "--no-run-dir", "--", PY, "-c", code]
+    res = check(mldist(argv))
+    rows = sorted(json.loads(line.split(" ", 1)[1]) for line in res.stdout.splitlines() if line.startswith("["))
+    assert [r[2:] for r in rows] == [["0", "0", None], ["1", "1", None]], rows  # no hook switched off in the worker
+    assert all(r[0] and r[1] == str(len(r[0])) for r in rows) and not set(rows[0][0]) & set(rows[1][0]), rows
