@@ -383,8 +383,10 @@ def late_lines(
         if r in records:
             lines.append(f"{head}: {_where(records[r], now)}")
         else:
-            lines.append(f"{head}: nothing is known of it (no record in {where or 'a progress folder'}; "
-                         "ranks on other nodes need a folder every node sees: MLDIST_RUN_DIR)")  # fmt: skip
+            lines.append(
+                f"{head}: nothing is known of it (no record in {where or 'a progress folder'}; "
+                "ranks on other nodes need a folder every node sees: MLDIST_RUN_DIR)"
+            )
     if len(late) > LISTED:
         lines.append(f"and {len(late) - LISTED} more late rank(s): {', '.join(map(str, late[LISTED:]))}")
     for r in apart[:LISTED]:

@@ -62,10 +62,12 @@ def register(sub: Any) -> dict[str, Handler]:
     p.add_argument("--scaling", help="worker counts to run in turn, e.g. 1,2,4: efficiency against 1 worker")
     p.add_argument("--engine", default="auto", help="auto, mpi or ring, or a comma list to compare (default auto)")
     p.add_argument(
-        "--backend", type=_backends, default=None,
+        "--backend",
+        type=_backends,
+        default=None,
         help="Keras's backend: tensorflow, jax, or tensorflow,jax to compare them (default: KERAS_BACKEND, "
         "else tensorflow); --engine applies to tensorflow",
-    )  # fmt: skip
+    )
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON, and the scaling plot beside it (.png)")
     p.add_argument("--tune-threads", action="store_true", help="sweep intra-op/inter-op threads on 1 worker")
     p.add_argument(

@@ -50,15 +50,38 @@ system the compute nodes see. Then: mldist submit --venv VENV (same --module).""
 
 #: ``submit``'s options the one-task build job has no use for (``--venv`` is its own here).
 NOT_FOR_BUILD = (
-    "--nodes", "--tasks-per-node", "--grace", "--array", "--requeue", "--venv", "--conda", "--container",
-    "--container-cache", "--container-pull", "--bind", "--container-args", "--wrap", "--unset", "--network-interface",
-    "--stage-env", "--stage-to",
-)  # fmt: skip
+    "--nodes",
+    "--tasks-per-node",
+    "--grace",
+    "--array",
+    "--requeue",
+    "--venv",
+    "--conda",
+    "--container",
+    "--container-cache",
+    "--container-pull",
+    "--bind",
+    "--container-args",
+    "--wrap",
+    "--unset",
+    "--network-interface",
+    "--stage-env",
+    "--stage-to",
+)
 #: What the build job is whatever a profile says: one task, nothing activated, the proxies kept for pip.
 BUILD_FIXED: dict[str, Any] = {
-    "nodes": 1, "tasks_per_node": 1, "venv": None, "conda": None, "container": None, "container_args": (),
-    "wrap": (), "requeue": False, "array": None, "unset": (), "stage_env": False,
-}  # fmt: skip
+    "nodes": 1,
+    "tasks_per_node": 1,
+    "venv": None,
+    "conda": None,
+    "container": None,
+    "container_args": (),
+    "wrap": (),
+    "requeue": False,
+    "array": None,
+    "unset": (),
+    "stage_env": False,
+}
 
 
 def _platform(text: str) -> str:
@@ -88,16 +111,22 @@ def register(sub: Any) -> dict[str, Handler]:
     p.add_argument("--requirements", help="a requirements file installed with mldist")
     p.add_argument("--gpu", action="store_true", help="TensorFlow with CUDA (the [gpu] extra), not [cpu]")
     p.add_argument(
-        "--backend", choices=("tensorflow", "jax"), default="tensorflow",
+        "--backend",
+        choices=("tensorflow", "jax"),
+        default="tensorflow",
         help="Keras's backend: jax installs the [jax] extra ([jax-cuda] with --gpu); default tensorflow",
-    )  # fmt: skip
+    )
     p.add_argument("--source", help="where mldist comes from: a directory, a wheel or a requirement")
     p.add_argument("--wheelhouse", help="download every wheel here first; the job installs from it offline")
     p.add_argument("--python-version", type=_python_version, help="the nodes' Python for --wheelhouse, e.g. 3.11")
     p.add_argument(
-        "--platform", action="append", dest="platforms", type=_platform, help="the nodes' wheel platform tag for "
+        "--platform",
+        action="append",
+        dest="platforms",
+        type=_platform,
+        help="the nodes' wheel platform tag for "
         "--wheelhouse (repeatable), e.g. manylinux2014_aarch64; default: this machine's",
-    )  # fmt: skip
+    )
     add_job_options(p, skip=NOT_FOR_BUILD)
     p.set_defaults(time="1:00:00", job_name="mldist-build-env")
     return {"build-env": _cmd_build_env}
@@ -136,8 +165,10 @@ def _wheelhouse_dir(args: argparse.Namespace) -> str | None:
         raise ConfigError(f"--wheelhouse {args.wheelhouse!r} is not a directory; give a directory for the wheels")
     above = next(p for p in path.parents if p.exists())  # what the wheelhouse would be made in
     if not path.exists() and not above.is_dir():
-        raise ConfigError(f"--wheelhouse {args.wheelhouse!r}: {above} is a file, so no directory can be made "
-                          "below it; give a directory for the wheels")  # fmt: skip
+        raise ConfigError(
+            f"--wheelhouse {args.wheelhouse!r}: {above} is a file, so no directory can be made "
+            "below it; give a directory for the wheels"
+        )
     if not path.exists() and not os.access(above, os.W_OK | os.X_OK):
         raise ConfigError(f"--wheelhouse {args.wheelhouse!r}: {above} is not writable; give a directory you can write")
     return str(path)
@@ -212,8 +243,10 @@ def _cmd_build_env(args: argparse.Namespace) -> int:
     if args.dry_run:
         if house:
             argv = download_argv(sys.executable, house, plan.target, req.requirements, req.constraints)
-            print(f"mldist build-env: dry run: {house.path} is not filled (it would be: {shlex.join(argv)})",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"mldist build-env: dry run: {house.path} is not filled (it would be: {shlex.join(argv)})",
+                file=sys.stderr,
+            )
         sys.stdout.write(render(plan.spec))
         return 0
     if house:

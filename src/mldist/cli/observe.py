@@ -208,8 +208,10 @@ def ending(target: str, summary: dict[str, Any], now: float) -> str:
     if summary.get("exit_code") is not None:
         how += f" (exit code {summary['exit_code']}"
         how += f", signals {', '.join(map(str, summary['signals']))})" if summary.get("signals") else ")"
-    return (f"{target}: this run ended {when}, {how}; below are its ranks' last records, "
-            "as they were then, not where anything is now")  # fmt: skip
+    return (
+        f"{target}: this run ended {when}, {how}; below are its ranks' last records, "
+        "as they were then, not where anything is now"
+    )
 
 
 def _describe(record: Any, past: Collection[int], ended: float | None, now: float) -> list[str]:
@@ -244,9 +246,12 @@ def _cmd_stacks(args: argparse.Namespace) -> int:
             print(f"mldist stacks: {ending(name, summary, now)}", file=sys.stderr, flush=True)
             code = max(code, 0 if summary.get("status") == "ok" else 1)
         elif records and gone == set(records):
-            print(f"mldist stacks: {args.target}: no rank is running: their processes are gone and the run left "
-                  "no summary.json (was its launcher killed?); below are their last records, as they were then",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"mldist stacks: {args.target}: no rank is running: their processes are gone and the run left "
+                "no summary.json (was its launcher killed?); below are their last records, as they were then",
+                file=sys.stderr,
+                flush=True,
+            )
             code = 1
         ended = _ended_at(summary) if summary is not None else None
         past = set(records) if summary is not None else gone

@@ -137,18 +137,23 @@ def _add_output_flags(run: Any) -> None:
 def _add_count_flags(run: Any) -> None:
     """-n and --local: how many workers, and whether an allocation's nodes get them."""
     run.add_argument(
-        "-n", "-np", "--nprocs", type=count(1, 4096),
+        "-n",
+        "-np",
+        "--nprocs",
+        type=count(1, 4096),
         help="number of workers (-np as in horovodrun; inside a batch allocation: its tasks by default)",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--local", action="store_true",
+        "--local",
+        action="store_true",
         help="inside a batch allocation (salloc, sbatch, qsub): start the workers on this node only",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--stage-env", action="store_true",
+        "--stage-env",
+        action="store_true",
         help="inside a batch allocation: copy this Python's venv or conda environment to each node once and run "
         "the workers from there (sbcast on Slurm)",
-    )  # fmt: skip
+    )
     run.add_argument("--stage-to", default="tmpdir", help="where on a node: tmpdir ($TMPDIR or /tmp), tmp, shm, a path")
 
 
@@ -291,8 +296,10 @@ def _stage_to(args: argparse.Namespace, found: Any) -> str | None:
     if not args.stage_env:
         return None
     if found is None:
-        raise ConfigError("--stage-env copies the environment to the nodes of a batch allocation (salloc, sbatch, "
-                          "qsub) and there is none here (or --local): drop --stage-env")  # fmt: skip
+        raise ConfigError(
+            "--stage-env copies the environment to the nodes of a batch allocation (salloc, sbatch, "
+            "qsub) and there is none here (or --local): drop --stage-env"
+        )
     return str(args.stage_to)
 
 

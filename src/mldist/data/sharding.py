@@ -156,8 +156,10 @@ def _leaves(data: Any, path: str = "") -> list[tuple[str, Any]]:
 
     if isinstance(data, np.ndarray):
         if data.ndim == 0:
-            raise ConfigError(f"shard got a 0-dimensional array{path} (one value, no elements to shard); "
-                              "give arrays with one row per example")  # fmt: skip
+            raise ConfigError(
+                f"shard got a 0-dimensional array{path} (one value, no elements to shard); "
+                "give arrays with one row per example"
+            )
         return [(path, data)]
     if isinstance(data, tuple) and data:
         return [leaf for i, item in enumerate(data) for leaf in _leaves(item, f"{path}[{i}]")]
@@ -247,8 +249,9 @@ def shard_files(
     if isinstance(files, str | bytes | os.PathLike) or not isinstance(files, Iterable):
         # A string is iterable too: each of its characters would be read as a file name.
         given = repr(files) if isinstance(files, str | bytes) else _type_name(files)
-        raise ConfigError(f"shard_files takes a list of file names, got {given}; "
-                          "for a pattern give sorted(glob.glob(pattern))")  # fmt: skip
+        raise ConfigError(
+            f"shard_files takes a list of file names, got {given}; for a pattern give sorted(glob.glob(pattern))"
+        )
     names = [os.fspath(f) if isinstance(f, os.PathLike) else f for f in files]  # pathlib's glob gives Paths
     if not names:
         raise ConfigError("shard_files got no files; check the glob pattern or the data directory")

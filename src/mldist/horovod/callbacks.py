@@ -202,8 +202,9 @@ def _best_checkpoint_class(keras: Any) -> type:
             save_freq: Any = "epoch",
             filepath: str = "best.keras",
         ) -> None:
-            super().__init__(filepath, monitor=monitor, verbose=verbose, save_best_only=True, mode=mode,
-                             save_freq=save_freq)  # fmt: skip
+            super().__init__(
+                filepath, monitor=monitor, verbose=verbose, save_best_only=True, mode=mode, save_freq=save_freq
+            )
 
         def _save_model(self, *args: Any, **kwargs: Any) -> None:
             if basics.rank() == 0:

@@ -231,10 +231,20 @@ def PartialDistributedOptimizer(
         opt = hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.01), local_layers=[model.layers[-1]])
     """
     wrapped = DistributedOptimizer(
-        optimizer, name, device_dense, device_sparse, compression, sparse_as_dense, gradient_predivide_factor, op,
-        backward_passes_per_step, average_aggregated_gradients, groups=groups, process_set=process_set,
+        optimizer,
+        name,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        op,
+        backward_passes_per_step,
+        average_aggregated_gradients,
+        groups=groups,
+        process_set=process_set,
         scale_local_gradients=scale_local_gradients,
-    )  # fmt: skip
+    )
     wrapped.__dict__["_hvd_local_layers"] = list(local_layers or ())
     return wrapped
 

@@ -209,9 +209,16 @@ def PartialDistributedGradientTape(
         tape = hvd.PartialDistributedGradientTape(tape, local_layers=[model.layers[-1]])
     """
     tape = DistributedGradientTape(
-        gradtape, device_dense, device_sparse, compression, sparse_as_dense, op, gradient_predivide_factor,
-        process_set=process_set, scale_local_gradients=scale_local_gradients,
-    )  # fmt: skip
+        gradtape,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
     for layer in local_layers or ():
         for weight in layer.trainable_weights:
             tape.register_local_source(weight)

@@ -172,8 +172,11 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
             path = self.manager.save(self._step, extra=self._extra(), **self._objects())
         except SaveFailed as exc:  # a full disk: training goes on, and the next save tries again
             self._saved_at, self._unsaved = self._step, self._unsaved or self._step
-            print(f"mldist: {exc}; {self._newest()}; training goes on and the next save tries again",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"mldist: {exc}; {self._newest()}; training goes on and the next save tries again",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         self._saved_at, self._unsaved = self._step, None
         if path is not None:
@@ -303,5 +306,8 @@ class Checkpoint(keras.callbacks.Callback):  # type: ignore[misc]
 
     def _unsaved_end(self, why: str) -> None:
         """End a training whose last state is on no disk: one line, exit code :data:`UNSAVED_CODE`."""
-        leave(f"training ended but its last state is not on disk: {why}; {self._newest()}: free space there, "
-              "then run again to resume from it", UNSAVED_CODE)  # fmt: skip
+        leave(
+            f"training ended but its last state is not on disk: {why}; {self._newest()}: free space there, "
+            "then run again to resume from it",
+            UNSAVED_CODE,
+        )

@@ -224,9 +224,16 @@ class RunLog(keras.callbacks.Callback):  # type: ignore[misc]
         rate = mine["samples_per_second"]
         params = getattr(self, "params", None) or {}
         rec = training.record(
-            self._epoch, params.get("epochs"), self._steps, params.get("steps"), mine["step_seconds"],
-            None if rate is None else rate * self._size, logs, self._epoch_seconds, done,
-        )  # fmt: skip
+            self._epoch,
+            params.get("epochs"),
+            self._steps,
+            params.get("steps"),
+            mine["step_seconds"],
+            None if rate is None else rate * self._size,
+            logs,
+            self._epoch_seconds,
+            done,
+        )
         try:
             write_json(self.path / training.FILE, rec)
         except OSError as exc:

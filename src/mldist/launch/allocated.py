@@ -141,8 +141,10 @@ class SrunGroup(RemoteGroup):
         cfg = self.cfg
         if self.restart == 0 and cfg.allocation is not None:
             nodes = ",".join(h for h, _ in cfg.hosts[: min(len(cfg.hosts), cfg.nprocs)])
-            say(f"inside Slurm job {cfg.allocation.job_id}: {cfg.nprocs} worker(s) over {nodes} through srun "
-                "(--local: this node only)")  # fmt: skip
+            say(
+                f"inside Slurm job {cfg.allocation.job_id}: {cfg.nprocs} worker(s) over {nodes} through srun "
+                "(--local: this node only)"
+            )
         return cfg.network_interface
 
 
@@ -167,8 +169,10 @@ class NodefileGroup(RemoteGroup):
     def interface(self) -> str | None:
         cfg = self.cfg
         if self.restart == 0 and cfg.allocation is not None:
-            say(f"inside PBS job {cfg.allocation.job_id}: {cfg.nprocs} worker(s) over the node file "
-                f"{cfg.allocation.nodefile} through mpiexec (--local: this node only)")  # fmt: skip
+            say(
+                f"inside PBS job {cfg.allocation.job_id}: {cfg.nprocs} worker(s) over the node file "
+                f"{cfg.allocation.nodefile} through mpiexec (--local: this node only)"
+            )
         return super().interface()
 
 

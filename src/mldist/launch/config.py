@@ -331,8 +331,10 @@ def ensure_descriptors(nprocs: int, on_hosts: tuple[int, int] | None = None) -> 
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
         return
     if on_hosts is not None:
-        raise LaunchError(f"-n {nprocs} on {on_hosts[1]} hosts needs about {need} open files but this shell allows "
-                          f"{hard} (ulimit -Hn); raise the limit")  # fmt: skip
+        raise LaunchError(
+            f"-n {nprocs} on {on_hosts[1]} hosts needs about {need} open files but this shell allows "
+            f"{hard} (ulimit -Hn); raise the limit"
+        )
     raise LaunchError(
         f"-n {nprocs} needs about {need} open files but this shell allows {hard} (ulimit -Hn); "
         f"start at most {(hard - _FDS_BASE) // _FDS_PER_WORKER} workers or raise the limit"

@@ -182,8 +182,9 @@ def silent_hosts(hosts: Sequence[str], env: Mapping[str, str], timeout: float = 
     found = {host: why_silent(host, said, timeout, timed_out=not said) for host, said in screened.items()}
     rest = [host for host in hosts if host not in screened]
     most = fanout.window(len(rest), limit, fanout.SSH_WINDOW)
-    for host, (code, said) in fanout.run_all(rest, lambda h: [*agent, h, "true"], env, timeout + _CHECK_SLACK,
-                                             most).items():  # fmt: skip
+    for host, (code, said) in fanout.run_all(
+        rest, lambda h: [*agent, h, "true"], env, timeout + _CHECK_SLACK, most
+    ).items():
         if said.startswith(fanout.NOT_STARTED):
             why = said[len(fanout.NOT_STARTED) :]
             found[host] = f"host {host}: ssh does not run ({why}); set PRTE_MCA_plm_ssh_agent"

@@ -104,8 +104,11 @@ def main(argv: list[str]) -> int:
         _last_words(Path(notes) / f"note-{rank}", rank, bool(said))
         if code:
             at = stamp(ended)
-            print(f"[{rank}] mldist run: {describe(rank, code)} on {socket.gethostname()} at {at}", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(
+                f"[{rank}] mldist run: {describe(rank, code)} on {socket.gethostname()} at {at}",
+                file=sys.stderr,
+                flush=True,
+            )
         return exit_code(code)
     finally:
         shutil.rmtree(notes, ignore_errors=True)
@@ -136,8 +139,12 @@ def _fence(child: subprocess.Popen[bytes], rank: int, local_rank: int) -> None:
                         mark.touch()
             if mark.exists() and child.poll() is None:
                 host = socket.gethostname()
-                print(f"[{rank}] mldist run: rank {rank} on {host}: the world re-formed without this host (it lost "
-                      "the launcher); stopping its worker", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"[{rank}] mldist run: rank {rank} on {host}: the world re-formed without this host (it lost "
+                    "the launcher); stopping its worker",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(child.pid, signal.SIGKILL)
                 return

@@ -69,8 +69,14 @@ def check_cpu_and_tensorflow(env: Mapping[str, str]) -> list[Result]:
     flags = cpu_flags(Path("/proc/cpuinfo").read_text()) if Path("/proc/cpuinfo").is_file() else set()
     results: list[Result] = []
     if flags and "avx" not in flags and os.uname().machine == "x86_64":
-        results.append(("CPU features", "fail", "this CPU has no AVX; TensorFlow's x86 wheels need it",
-                        "run on a compute node, or use a TensorFlow built for this CPU"))  # fmt: skip
+        results.append(
+            (
+                "CPU features",
+                "fail",
+                "this CPU has no AVX; TensorFlow's x86 wheels need it",
+                "run on a compute node, or use a TensorFlow built for this CPU",
+            )
+        )
     info, why = tensorflow_probe()
     if why == "SIGILL":
         fix = "this node's CPU lacks instructions the build uses (AVX/AVX512): run on a compute node"
@@ -123,19 +129,35 @@ def _gpu_result(env: Mapping[str, str], cuda: bool, gpus: int) -> Result:
         tasks = 1
     if gpus == 0:
         if shutil.which("nvidia-smi") and not cuda:
-            return ("GPUs", "warn", "this node has nvidia-smi but TensorFlow is not built with CUDA",
-                    "pip install 'mldist[gpu]'")  # fmt: skip
+            return (
+                "GPUs",
+                "warn",
+                "this node has nvidia-smi but TensorFlow is not built with CUDA",
+                "pip install 'mldist[gpu]'",
+            )
         return ("GPUs", "ok", "no GPU visible: CPU training (MPI or RING engine)", "")
     if gpus < tasks:
-        return ("GPUs", "warn", f"{gpus} GPU(s) visible for {tasks} tasks on this node: tasks would share GPUs",
-                f"start {gpus} tasks per node (--tasks-per-node {gpus})")  # fmt: skip
+        return (
+            "GPUs",
+            "warn",
+            f"{gpus} GPU(s) visible for {tasks} tasks on this node: tasks would share GPUs",
+            f"start {gpus} tasks per node (--tasks-per-node {gpus})",
+        )
     if tasks == 1 and gpus > 1:
-        return ("GPUs", "warn", f"{gpus} GPUs visible but one task on this node: one GPU would be used",
-                f"start {gpus} tasks per node, or use mldist.strategy().scope()")  # fmt: skip
+        return (
+            "GPUs",
+            "warn",
+            f"{gpus} GPUs visible but one task on this node: one GPU would be used",
+            f"start {gpus} tasks per node, or use mldist.strategy().scope()",
+        )
     nccl = _nccl_found()
     if not nccl:
-        return ("GPUs", "warn", f"{gpus} GPU(s), but no NCCL library found", "pip install nvidia-nccl-cu12, or "
-                "set MLDIST_COMMUNICATION=ring")  # fmt: skip
+        return (
+            "GPUs",
+            "warn",
+            f"{gpus} GPU(s), but no NCCL library found",
+            "pip install nvidia-nccl-cu12, or set MLDIST_COMMUNICATION=ring",
+        )
     return ("GPUs", "ok", f"{gpus} GPU(s) for {tasks} task(s); NCCL found", "")
 
 
@@ -162,8 +184,11 @@ def check_proxies(env: Mapping[str, str]) -> list[Result]:
     except MldistError:
         hosts = []
     added = proxy_settings(env, hosts)
-    message = f"{', '.join(proxies)} set; mldist.init() adds the workers to no_proxy" if added else (
-        f"{', '.join(proxies)} set; the workers are already in no_proxy")  # fmt: skip
+    message = (
+        f"{', '.join(proxies)} set; mldist.init() adds the workers to no_proxy"
+        if added
+        else (f"{', '.join(proxies)} set; the workers are already in no_proxy")
+    )
     return [("proxies", "ok", message, "")]
 
 
@@ -231,5 +256,11 @@ def check_datasets(env: Mapping[str, str]) -> list[Result]:
     if ready:
         return [("datasets", "ok", f"cached in {root}: {', '.join(ready)}", "")]
     first = "mnist" if "mnist" in states else sorted(states)[0]
-    return [("datasets", "warn", f"no dataset cached in {root}",
-             f"on a login node: mldist data fetch {first} (compute nodes may have no internet)")]  # fmt: skip
+    return [
+        (
+            "datasets",
+            "warn",
+            f"no dataset cached in {root}",
+            f"on a login node: mldist data fetch {first} (compute nodes may have no internet)",
+        )
+    ]

@@ -116,8 +116,15 @@ def _as_list(outcome: Check | list[tuple[str, str, str, str]]) -> list[Check]:
 def _checks() -> tuple[Callable[[Mapping[str, str]], Check | list[tuple[str, str, str, str]]], ...]:
     from .checks import check_cpu_and_tensorflow, check_datasets, check_files, check_keras_backend, check_proxies
 
-    return (check_cpu_and_tensorflow, check_keras_backend, check_mpi, check_worker_network, check_proxies,
-            check_datasets, check_files)  # fmt: skip
+    return (
+        check_cpu_and_tensorflow,
+        check_keras_backend,
+        check_mpi,
+        check_worker_network,
+        check_proxies,
+        check_datasets,
+        check_files,
+    )
 
 
 def run_checks(env: Mapping[str, str]) -> list[Check]:

@@ -136,10 +136,15 @@ def _xla_parts(events: list[Event], steps: list[Event], xla: set[tuple[int, int]
     """JAX: a step runs from one dispatch to the next; XLA's instructions in it are its graph."""
     first = float(steps[0]["ts"])
     ops = sorted(
-        (e for e in events if (int(e["pid"]), int(e["tid"])) in xla and not str(e["name"]).startswith(_XLA_WRAPPER)
-         and float(e["ts"]) >= first),
+        (
+            e
+            for e in events
+            if (int(e["pid"]), int(e["tid"])) in xla
+            and not str(e["name"]).startswith(_XLA_WRAPPER)
+            and float(e["ts"]) >= first
+        ),
         key=lambda e: float(e["ts"]),
-    )  # fmt: skip
+    )
     coll = [e for e in ops if _XLA_COLLECTIVE.match(str(e["name"]))]
     n = len(steps)
     span = float(steps[-1]["ts"]) - first
@@ -261,8 +266,23 @@ def format_breakdown(b: Mapping[str, float], title: str = "where a step's time g
 
 
 #: Bytes per element of XLA's element types.
-_XLA_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-              "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}  # fmt: skip
+_XLA_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+}
 _HLO_COLLECTIVE = re.compile(r"=\s*(.*?)\s(all-reduce|all-reduce-start|all-gather|all-gather-start|reduce-scatter)\(")
 _HLO_SHAPE = re.compile(r"\b(" + "|".join(_XLA_BYTES) + r")\[([0-9,]*)\]")
 

@@ -35,8 +35,10 @@ def check(s: JobSpec) -> JobSpec:
     _check_elastic(s)
     check_staging(s)
     if s.srun_mpi not in (None, "auto") and not LAUNCHERS[launcher_name(s)].steps:
-        raise ConfigError(f"--srun-mpi {s.srun_mpi} chooses srun's MPI plugin, but this job starts its ranks with "
-                          f"{launcher_name(s)}; drop --srun-mpi")  # fmt: skip
+        raise ConfigError(
+            f"--srun-mpi {s.srun_mpi} chooses srun's MPI plugin, but this job starts its ranks with "
+            f"{launcher_name(s)}; drop --srun-mpi"
+        )
     found = [c for c in scheduler(s.scheduler).path_forbidden if c in s.output_dir]
     if found:
         raise ConfigError(
@@ -56,7 +58,8 @@ def _check_elastic(s: JobSpec) -> None:
             "(--no-kill). Use --requeue to resume from the last checkpoint instead"
         )
     if s.container:
-        raise ConfigError("--min-nodes with --container: not yet (the elastic agent runs outside the image); "
-                          "use --venv or --conda")  # fmt: skip
+        raise ConfigError(
+            "--min-nodes with --container: not yet (the elastic agent runs outside the image); use --venv or --conda"
+        )
     if not LAUNCHERS[launcher_name(s)].steps:
         raise ConfigError(f"--min-nodes re-forms the world with srun steps: drop --launcher {launcher_name(s)}")

@@ -208,8 +208,10 @@ def _check(value: str | None, pattern: re.Pattern[str], what: str, hint: str) ->
 
 
 #: An array's indices: N, N-M or N-M:STEP, comma-separated, and a throttle %K (at most K at once).
-ARRAY = re.compile(r"([0-9]{1,7}(?:-[0-9]{1,7}(?::[0-9]{1,7})?)?(?:,[0-9]{1,7}(?:-[0-9]{1,7}(?::[0-9]{1,7})?)?)*)"
-                   r"(?:%([0-9]{1,7}))?")  # fmt: skip
+ARRAY = re.compile(
+    r"([0-9]{1,7}(?:-[0-9]{1,7}(?::[0-9]{1,7})?)?(?:,[0-9]{1,7}(?:-[0-9]{1,7}(?::[0-9]{1,7})?)?)*)"
+    r"(?:%([0-9]{1,7}))?"
+)
 
 
 def _check_array(array: str | None) -> None:
@@ -226,14 +228,17 @@ def _check_array(array: str | None) -> None:
         return
     match = ARRAY.fullmatch(array)
     if not match:
-        raise ConfigError(f"--array {array!r}: give indices and ranges like 0-9, 1,3,5, 0-99:10, and %K to run "
-                          "at most K at once (0-9%2)")  # fmt: skip
+        raise ConfigError(
+            f"--array {array!r}: give indices and ranges like 0-9, 1,3,5, 0-99:10, and %K to run "
+            "at most K at once (0-9%2)"
+        )
     for item in match.group(1).split(","):
         low, _, rest = item.partition("-")
         high, _, step = rest.partition(":")
         if high and int(high) < int(low):
-            raise ConfigError(f"--array {array!r}: the range {item} goes down; write the smaller index first "
-                              f"({high}-{low})")  # fmt: skip
+            raise ConfigError(
+                f"--array {array!r}: the range {item} goes down; write the smaller index first ({high}-{low})"
+            )
         if step and int(step) < 1:
             raise ConfigError(f"--array {array!r}: the step of {item} must be at least 1")
     if match.group(2) is not None and int(match.group(2)) < 1:
@@ -244,8 +249,10 @@ def _validate(s: JobSpec) -> None:
     if not s.command:
         raise ConfigError("no command given: mldist submit -- python train.py")
     if not s.command[0].strip():  # a job that could only fail with 'command not found'
-        raise ConfigError(f"the job's program {s.command[0]!r} is empty: give the command after --, e.g. "
-                          "mldist submit -- python train.py")  # fmt: skip
+        raise ConfigError(
+            f"the job's program {s.command[0]!r} is empty: give the command after --, e.g. "
+            "mldist submit -- python train.py"
+        )
     if s.gpus_per_node < 0:  # checked first: the default tasks per node is derived from it
         raise ConfigError(f"--gpus-per-node {s.gpus_per_node} cannot be negative")
     for name, value in (

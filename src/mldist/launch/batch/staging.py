@@ -91,8 +91,10 @@ def stage_root(s: JobSpec) -> str:
 def check_stage_to(text: str) -> None:
     """``--stage-to``: a name of :data:`STAGE_ROOTS` or an absolute path of plain characters (ConfigError if not)."""
     if text not in STAGE_ROOTS and not STAGE_PATH.fullmatch(text):
-        raise ConfigError(f"--stage-to {text!r}: give tmpdir ($TMPDIR, else /tmp), tmp, shm (/dev/shm) or an "
-                          "absolute path of letters, digits and _.+@%=,:/-")  # fmt: skip
+        raise ConfigError(
+            f"--stage-to {text!r}: give tmpdir ($TMPDIR, else /tmp), tmp, shm (/dev/shm) or an "
+            "absolute path of letters, digits and _.+@%=,:/-"
+        )
 
 
 def check_staging(s: JobSpec) -> None:
@@ -155,13 +157,13 @@ def stage_lines(s: JobSpec, word: Callable[[str], str]) -> list[str]:
         '  echo "mldist: --stage-env: $mldist_stage_src is no environment here (no bin/); give --venv or --conda" >&2',
         "  exit 2",
         "fi",
-        'mldist_t0=$SECONDS',
+        "mldist_t0=$SECONDS",
         'if [ ! -s "$mldist_stage_tar" ]; then  # packed once; a requeued attempt reuses it',
         '  tar -C "$mldist_stage_src" -cf "$mldist_stage_tar.part-$$" . && mv -f "$mldist_stage_tar.part-$$" '
         '"$mldist_stage_tar" || { echo "mldist: --stage-env: cannot pack $mldist_stage_src into $mldist_stage_tar" '
         ">&2; exit 2; }",
         "fi",
-    ]  # fmt: skip
+    ]
     if s.scheduler == "slurm":  # Slurm's broadcast: the archive is read once, sent down a tree of the nodes
         lines += [
             'if ! sbcast --force "$mldist_stage_tar" "$mldist_stage.tar" 2>"$mldist_stage_tar.sbcast-err"; then',
@@ -170,7 +172,7 @@ def stage_lines(s: JobSpec, word: Callable[[str], str]) -> list[str]:
             "  exit 2",
             "fi",
             f'{step} {unpack} "$mldist_stage" "$mldist_stage.tar" "$mldist_stage_src" 1 || exit 2',
-        ]  # fmt: skip
+        ]
     else:  # one task per node reads the archive from the job directory
         lines.append(f'{step} {unpack} "$mldist_stage" "$mldist_stage_tar" "$mldist_stage_src" 0 || exit 2')
     lines.append('echo "mldist: staged $mldist_stage_src at $mldist_stage on every node in $((SECONDS - mldist_t0)) s"')

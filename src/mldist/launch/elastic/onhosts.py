@@ -261,8 +261,10 @@ def reform(
     record.hosts_checked_s = round(time.monotonic() - seen_at, 3)
     if nxt is None:
         slots = sum(s for h, s in pool if h not in lost)
-        say(f"{lost_words}; {slots} slot(s) left, below --min-np {elastic.min_np} after waiting "
-            f"{record.hosts_checked_s:.0f} s (--elastic-timeout {elastic.timeout:g}); ending")  # fmt: skip
+        say(
+            f"{lost_words}; {slots} slot(s) left, below --min-np {elastic.min_np} after waiting "
+            f"{record.hosts_checked_s:.0f} s (--elastic-timeout {elastic.timeout:g}); ending"
+        )
         return None, record
     hosts, n = nxt
     record.after = n

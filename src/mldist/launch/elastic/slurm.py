@@ -80,8 +80,18 @@ def step_argv(nodes: Sequence[str], command: Sequence[str]) -> list[str]:
         ['--nodelist=n3', 'true']
     """
     n = len(nodes)
-    return ["srun", "--overlap", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--cpus-per-task=1",
-            "--mpi=none", "--kill-on-bad-exit=1", f"--nodelist={','.join(nodes)}", *command]  # fmt: skip
+    return [
+        "srun",
+        "--overlap",
+        f"--nodes={n}",
+        f"--ntasks={n}",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=1",
+        "--mpi=none",
+        "--kill-on-bad-exit=1",
+        f"--nodelist={','.join(nodes)}",
+        *command,
+    ]
 
 
 def probe_limit(answered_in: Sequence[float], timeout: float = PROBE_TIMEOUT) -> float:
@@ -144,8 +154,9 @@ class Round:
         code = self.proc.wait()
         job = env.get("SLURM_JOB_ID", "")
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            listed = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"], capture_output=True, text=True,
-                                    timeout=30, env=dict(env)).stdout.split()  # fmt: skip
+            listed = subprocess.run(
+                ["squeue", "-h", "-s", "-j", job, "-o", "%i"], capture_output=True, text=True, timeout=30, env=dict(env)
+            ).stdout.split()
             steps = [step for step in listed if re.fullmatch(rf"{re.escape(job)}\.[0-9]+", step)]
             if steps:
                 subprocess.run(["scancel", "--quiet", *steps], capture_output=True, timeout=30, env=dict(env))
@@ -159,8 +170,9 @@ def say(line: str) -> None:
 class SlurmHooks:
     """The supervisor's hooks for an elastic Slurm job: srun steps over the nodes that remain."""
 
-    def __init__(self, srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool,
-                 env: Mapping[str, str]) -> None:  # fmt: skip
+    def __init__(
+        self, srun: list[str], min_nodes: int, tasks_per_node: int, requeue: bool, env: Mapping[str, str]
+    ) -> None:
         self.srun, self.min_nodes, self.tasks_per_node, self.requeue = srun, min_nodes, tasks_per_node, requeue
         self.env = env
         self.nodes = job_nodes(env)
@@ -203,8 +215,10 @@ class SlurmHooks:
         seen = step.trouble_at or time.monotonic()
         took = time.monotonic() - seen
         n = self.tasks_per_node
-        say(f"{words}; re-forming the world on {','.join(left)}: {len(left) * n} worker(s) "
-            f"(--min-nodes {self.min_nodes}), {took:.1f} s after srun reported it")  # fmt: skip
+        say(
+            f"{words}; re-forming the world on {','.join(left)}: {len(left) * n} worker(s) "
+            f"(--min-nodes {self.min_nodes}), {took:.1f} s after srun reported it"
+        )
         done = Reform(lost, "it does not answer", before=len(step.nodes) * n, seen_at=seen, after=len(left) * n)
         done.hosts_checked_s = round(took, 3)
         self.nodes = left

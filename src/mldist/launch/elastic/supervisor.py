@@ -240,8 +240,13 @@ def probe(
     procs: dict[str, subprocess.Popen[bytes]] = {}
     for host in hosts:
         try:
-            procs[host] = subprocess.Popen(argv(host), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, env=dict(env))  # fmt: skip
+            procs[host] = subprocess.Popen(
+                argv(host),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=dict(env),
+            )
         except OSError:
             found[host] = (False, 0.0)
     while len(found) < len(hosts):

@@ -114,9 +114,16 @@ def xspace_events(path: Path, rank: int, shift_us: float) -> list[dict[str, Any]
             name = event_name(plane.event_metadata[ev.metadata_id].name)
             start_us = line.timestamp_ns / 1e3 + ev.offset_ps / 1e6 + shift_us
             events.append(
-                {"ph": "X", "name": name, "cat": _category(name, line.name), "pid": rank, "tid": tid,
-                 "ts": round(start_us, 3), "dur": round(ev.duration_ps / 1e6, 3)}
-            )  # fmt: skip
+                {
+                    "ph": "X",
+                    "name": name,
+                    "cat": _category(name, line.name),
+                    "pid": rank,
+                    "tid": tid,
+                    "ts": round(start_us, 3),
+                    "dur": round(ev.duration_ps / 1e6, 3),
+                }
+            )
     return events
 
 

@@ -188,8 +188,9 @@ def _call(
     plain = tf.autograph.experimental.do_not_convert
     tokens = []
     for run, inputs in zip(runs, groups, strict=True):
-        token = tf.numpy_function(plain(functools.partial(PROGRESS.start_with, run)), inputs, tf.int64,
-                                  stateful=True, name="mpi_start")  # fmt: skip
+        token = tf.numpy_function(
+            plain(functools.partial(PROGRESS.start_with, run)), inputs, tf.int64, stateful=True, name="mpi_start"
+        )
         _chain(tf, token.op)
         tokens.append(token)
     results = []

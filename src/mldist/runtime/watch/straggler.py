@@ -102,9 +102,12 @@ def sample(number: int, found: Mapping[int, tuple[float, float]], hosts: Mapping
 
 
 def samples_of(
-    numbers: np.ndarray[Any, Any], waits: np.ndarray[Any, Any], gaps: np.ndarray[Any, Any],
-    node: np.ndarray[Any, Any], names: Sequence[str],
-) -> list[Sample]:  # fmt: skip
+    numbers: np.ndarray[Any, Any],
+    waits: np.ndarray[Any, Any],
+    gaps: np.ndarray[Any, Any],
+    node: np.ndarray[Any, Any],
+    names: Sequence[str],
+) -> list[Sample]:
     """The :class:`Sample` of each collective, as :func:`sample` makes it, from arrays (collectives x ranks).
 
     Their ``waits`` are left empty: at thousands of ranks rank 0 keeps each rank's wait only summed.
