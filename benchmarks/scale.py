@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from mldist.base import joined, nodes, progress
 from mldist.runtime.engines import mpi_exit
-from mldist.runtime.watch import stall
+from mldist.runtime.watch import stall, stall_lines
 
 RANKS_PER_NODE = 4
 TIMEOUT = 30.0
@@ -208,7 +208,7 @@ def stuck(job: Job, rank: int) -> dict[str, Any]:
     right = sum(line.startswith(f"rank {rank} has not reached collective") for line in named.values())
     tracemalloc.start()
     records = progress.read(job.shared)
-    progress.late_lines(0, 3, "allreduce(sum)", TIMEOUT, records, job.size, job.shared)
+    stall_lines.late_lines(0, 3, "allreduce(sum)", TIMEOUT, records, job.size, job.shared)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     return {

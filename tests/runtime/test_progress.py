@@ -12,7 +12,7 @@ import pytest
 
 from mldist.base import nodes, progress
 from mldist.base.progress import Record
-from mldist.runtime.watch import stall
+from mldist.runtime.watch import stall, stall_lines
 from mldist.runtime.watch.frames import frames_of, main_thread_frames
 
 STACK = ("stuck.py:9 <module>: time.sleep(600)",)
@@ -24,35 +24,35 @@ def _record(rank: int, began: int, *, current: tuple[int, str, float] | None = N
 
 
 def test_a_rank_that_has_not_begun_the_collective_is_named_with_where_it_is() -> None:
-    lines = progress.late_lines(0, 58, "allreduce(sum)", 20, {0: _record(0, 58), 1: _record(1, 57)}, 2, None, 101)
+    lines = stall_lines.late_lines(0, 58, "allreduce(sum)", 20, {0: _record(0, 58), 1: _record(1, 57)}, 2, None, 101)
     assert len(lines) == 1
     assert lines[0].startswith("rank 1 has not reached collective #58 allreduce(sum) after 20 s: it finished #56")
     assert lines[0].endswith("is in stuck.py:9 <module>: time.sleep(600)")
 
 
 def test_a_stale_record_says_how_old_it_is_and_why() -> None:
-    (line,) = progress.late_lines(0, 5, "broadcast", 30, {1: _record(1, 3, written=70.0)}, 2, None, 100)
+    (line,) = stall_lines.late_lines(0, 5, "broadcast", 30, {1: _record(1, 3, written=70.0)}, 2, None, 100)
     assert "this is 30 s old" in line and "holds Python's lock" in line
 
 
 def test_a_rank_in_an_earlier_collective_says_which_and_for_how_long() -> None:
     rec = _record(1, 4, current=(4, "allgather", 90.0))
-    (line,) = progress.late_lines(0, 5, "broadcast", 12, {1: rec}, 2, None, 100)
+    (line,) = stall_lines.late_lines(0, 5, "broadcast", 12, {1: rec}, 2, None, 100)
     assert "is in collective #4 allgather for 10 s" in line
 
 
 def test_out_of_step_ranks_name_both_collectives() -> None:
     rec = _record(1, 58, current=(58, "broadcast(root=0)", 90.0))
-    lines = progress.late_lines(0, 58, "allreduce(sum)", 20, {1: rec}, 2, None, 100)
+    lines = stall_lines.late_lines(0, 58, "allreduce(sum)", 20, {1: rec}, 2, None, 100)
     assert lines == ["rank 0 is in #58 allreduce(sum) while rank 1 is in #58 broadcast(root=0)"]
 
 
 def test_many_late_ranks_are_listed_then_counted_and_missing_ones_named() -> None:
     records = {r: _record(r, 2) for r in range(1, 8)}
-    lines = progress.late_lines(0, 3, "allreduce(sum)", 20, records, 10, Path("/p"), 100)
+    lines = stall_lines.late_lines(0, 3, "allreduce(sum)", 20, records, 10, Path("/p"), 100)
     assert [line.split(" has")[0] for line in lines[:4]] == ["rank 1", "rank 2", "rank 3", "rank 4"]
     assert lines[4] == "and 5 more late rank(s): 5, 6, 7, 8, 9"
-    assert not progress.late_lines(0, 3, "x", 20, {0: _record(0, 3)}, 2, Path("/p"), 100)  # nothing known: no names
+    assert not stall_lines.late_lines(0, 3, "x", 20, {0: _record(0, 3)}, 2, Path("/p"), 100)  # nothing known: no names
 
 
 def test_records_round_trip_and_damaged_ones_are_skipped(tmp_path: Path) -> None:

@@ -229,7 +229,7 @@ def describe(record: Record, now: float | None = None) -> list[str]:
         'rank 0 (n1, pid 7): between collectives: finished #5 allreduce(sum) 10 s ago'
     """
     now = time.time() if now is None else now
-    current, last = _in_flight(record, now), _finished(record)
+    current, last = in_flight(record, now), finished_last(record)
     if current:
         where = f"in {current}"
     elif last:
@@ -311,11 +311,7 @@ NO_RECORD = (
 STALE_WHY = "its watch cannot run, so its main thread is likely in C code that holds Python's lock (the GIL)"
 
 
-#: How many late ranks a stall line lists in full; the rest are counted.
-LISTED = 4
-
-
-def _in_flight(record: Record, now: float) -> str:
+def in_flight(record: Record, now: float) -> str:
     """``collective #N what for S s`` of the collective in flight ("" between collectives)."""
     if record.current is None:
         return ""
@@ -323,74 +319,9 @@ def _in_flight(record: Record, now: float) -> str:
     return f"collective #{number} {what} for {now - since:.0f} s"
 
 
-def _finished(record: Record) -> tuple[str, float] | None:
+def finished_last(record: Record) -> tuple[str, float] | None:
     """(``#N what``, when) of the last collective finished, or None."""
     if record.last is None:
         return None
     number, what, when = record.last
     return f"#{number} {what}", when
-
-
-def _where(record: Record, now: float) -> str:
-    """Where a late rank is: its collective in flight, or its code; how old that news is."""
-    current, last = _in_flight(record, now), _finished(record)
-    doing = f"is in {current}" if current else f"is in {record.stack[0]}" if record.stack else "is in no Python code"
-    done = f"it finished {last[0]} at {clock(last[1])}" if last else "it finished no collective"
-    fresh = f" ({STALE_WHY}; this is {record.age(now):.0f} s old)" if record.stale(now) else ""
-    return f"{done} and {doing}{fresh}"
-
-
-def late_lines(
-    rank: int,
-    number: int,
-    what: str,
-    waited: float,
-    records: Mapping[int, Record],
-    size: int,
-    where: Path | None,
-    now: float | None = None,
-) -> list[str]:
-    """The lines naming the ranks that keep ``rank`` waiting in its collective ``number`` (``what``).
-
-    A rank is late when it has begun fewer collectives than ``number``; a rank at the same
-    number in another collective is out of step (the two sides named). Empty when every rank
-    reached the collective (the engine itself stalls), or when nothing is known of any other rank.
-
-    Args:
-        rank: the waiting rank.
-        number, what, waited: its collective in flight: number, name, seconds so far.
-        records: every rank's record (see :func:`read`).
-        size: the number of ranks.
-        where: the progress folder (named when a rank's record is missing), or None.
-        now: the time (default: now).
-
-    Example:
-        >>> r1 = Record(1, "n2", 9, 57, 57, None, (57, "allreduce(sum)", 0.0), ("stuck.py:9 f: sleep(60)",), 20.0)
-        >>> late_lines(0, 58, "allreduce(sum)", 20.0, {1: r1}, 2, None, now=21.0)[0][:70]
-        'rank 1 has not reached collective #58 allreduce(sum) after 20 s: it fi'
-    """
-    now = time.time() if now is None else now
-    others = [r for r in range(size) if r != rank]
-    if not any(r in records for r in others):
-        return []
-    late = [r for r in others if r not in records or records[r].began < number]
-    apart = [
-        r for r in others if r in records and (c := records[r].current) is not None and c[0] == number and c[1] != what
-    ]
-    lines = []
-    for r in late[:LISTED]:
-        head = f"rank {r} has not reached collective #{number} {what} after {waited:.0f} s"
-        if r in records:
-            lines.append(f"{head}: {_where(records[r], now)}")
-        else:
-            lines.append(
-                f"{head}: nothing is known of it (no record in {where or 'a progress folder'}; "
-                "ranks on other nodes need a folder every node sees: MLDIST_RUN_DIR)"
-            )
-    if len(late) > LISTED:
-        lines.append(f"and {len(late) - LISTED} more late rank(s): {', '.join(map(str, late[LISTED:]))}")
-    for r in apart[:LISTED]:
-        theirs = records[r].current
-        assert theirs is not None
-        lines.append(f"rank {rank} is in #{number} {what} while rank {r} is in #{number} {theirs[1]}")
-    return lines

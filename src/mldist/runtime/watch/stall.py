@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from ...base import envvalues, nodes, processwide, progress
 from ..context import STATE
-from . import straggler, straggler_rounds, verdict
+from . import stall_lines, straggler, straggler_rounds, verdict
 from .frames import main_thread_frame, main_thread_frames
 from .leave import error_line, leave, tell
 from .stall_lines import HINTS as HINTS
@@ -288,7 +288,7 @@ class Watch:
         def judge() -> list[str]:
             found = progress.read(self.where) if self.where is not None else {}
             records = {r: record for r, record in found.items() if record.written >= self._born}
-            return progress.late_lines(self.rank, number, what, waited, records, self.size, self.where, self._wall())
+            return stall_lines.late_lines(self.rank, number, what, waited, records, self.size, self.where, self._wall())
 
         if self.verdicts is None:
             return judge()

@@ -14,7 +14,7 @@ given up: each node reader then reads for itself.
 Example::
 
     verdicts = Verdicts(shared, nodes.local_folder(shared), rank=3, born=time.time())
-    lines = verdicts.ask(58, since=..., judge=lambda: progress.late_lines(...))   # None: not yet
+    lines = verdicts.ask(58, since=..., judge=lambda: stall_lines.late_lines(...))   # None: not yet
 """
 
 from __future__ import annotations
