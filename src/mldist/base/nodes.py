@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 import threading
 import time
 import zlib
@@ -133,7 +132,11 @@ class Slot:
 def local_root() -> Path:
     """Node-local memory for this user: ``/dev/shm/mldist-UID``, else the temporary directory's."""
     base = Path("/dev/shm") if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return (base or Path(tempfile.gettempdir())) / f"mldist-{os.getuid()}"
+    if base is None:
+        import tempfile  # a rare path: tempfile brings shutil, random and the compressors to every rank
+
+        base = Path(tempfile.gettempdir())
+    return base / f"mldist-{os.getuid()}"
 
 
 def local_folder(shared: Path, root: Path | None = None) -> Path:

@@ -28,10 +28,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # imported where used: the start-up hook of every worker imports this module
-    import logging
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -368,8 +365,11 @@ def update_env(target: str, values: Mapping[str, str], env: MutableMapping[str, 
         _environ(env).update(values)
 
 
-def log_filter(target: str, logger: str, kind: type[logging.Filter]) -> None:
-    """A ``kind()`` filter on the logger named ``logger``, once (a filter of that kind already there: nothing)."""
+def log_filter(target: str, logger: str, kind: type[Any]) -> None:
+    """A ``kind()`` filter on the logger named ``logger``, once (a filter of that kind already there: nothing).
+
+    ``kind`` makes objects with a ``filter(record)`` method (a ``logging.Filter``, or any class: loggers take both).
+    """
     import logging
 
     found = logging.getLogger(logger)

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import socket
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -119,6 +118,8 @@ def folder(env: Mapping[str, str]) -> Path | None:
         return None
     step = env.get("SLURM_STEP_ID", "") if name == "SLURM_JOB_ID" else ""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{env[name]}.{step}" if step else env[name])
+    import tempfile  # only here: tempfile brings shutil, random and the compressors to every rank
+
     return Path(tempfile.gettempdir()) / f"mldist-{os.getuid()}" / f"progress-{safe}"
 
 

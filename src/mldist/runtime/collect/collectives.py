@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import zlib
 from typing import Any
 
@@ -176,14 +175,16 @@ def _as_tensors(tensors: Any) -> tuple[Any, list[Any]]:
 _FUNCTIONS: dict[tuple[Any, ...], Any] = {}
 
 
-class _QuietOwnTracing(logging.Filter):
+class _QuietOwnTracing:
     """Drop TensorFlow's "triggered tf.function retracing" warning about this module's functions.
 
     Each of them is traced once per signature by design (``_in_graph``), but TensorFlow counts
-    traces per source function and would call that excessive retracing in the user's log.
+    traces per source function and would call that excessive retracing in the user's log. A logger
+    takes any object with a ``filter`` method: no ``logging.Filter`` base, so a job that never traces
+    a collective (numpy under the MPI engine) does not import :mod:`logging`.
     """
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def filter(self, record: Any) -> bool:
         text = record.getMessage()
         return not ("tf.function retracing" in text and any(f"{n}.<locals>.run" in text for n in __all__))
 

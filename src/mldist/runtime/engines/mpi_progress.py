@@ -13,13 +13,15 @@ Example::
 from __future__ import annotations
 
 import itertools
-import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported when the thread starts: concurrent.futures brings logging, unused by most jobs
+    import queue
+    from concurrent.futures import Future
 
 
 class Progress:
@@ -35,14 +37,18 @@ class Progress:
 
     def __init__(self) -> None:
         self._jobs: dict[int, Future[list[np.ndarray[Any, Any]]]] = {}
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] | None = None
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
 
     def start_with(self, run: Callable[..., list[np.ndarray[Any, Any]]], *arrays: Any) -> np.ndarray[Any, Any]:
         """Queue ``run(*arrays)``; the job's number for :meth:`finish`."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="mldist-mpi", daemon=True)
+        import queue
+        from concurrent.futures import Future
+
+        if self._queue is None or self._thread is None:
+            self._queue = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._serve, args=(self._queue,), name="mldist-mpi", daemon=True)
             self._thread.start()
         job = next(self._ids)
         future: Future[list[np.ndarray[Any, Any]]] = Future()
@@ -54,9 +60,9 @@ class Progress:
         """The result of job ``job`` once it is done (its error raised here, in the caller's op)."""
         return self._jobs.pop(int(job)).result()
 
-    def _serve(self) -> None:
+    def _serve(self, jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]) -> None:
         while True:
-            future, run, arrays = self._queue.get()
+            future, run, arrays = jobs.get()
             try:
                 future.set_result(run(*arrays))
             except BaseException as exc:  # raised again where the result is taken (the finish op)

@@ -27,13 +27,18 @@ SPIN_SECONDS = 0.001
 #: The first sleep between polls after that, and the longest one.
 FIRST_NAP = 0.00005
 LONGEST_NAP = 0.002
+#: The longest sleep while ranks meet at start-up (:func:`mldist.runtime.engines.mpi_world.start`): there the
+#: first ranks wait seconds for the last to start, and a wake-up every 2 ms on each waiting rank took the
+#: cores from the ranks still starting (64 ranks on 2 cores); 20 ms costs at most that once.
+START_NAP = 0.02
 
 
-def wait(request: Any) -> None:
+def wait(request: Any, longest: float = LONGEST_NAP) -> None:
     """Wait until an MPI request completes: poll for :data:`SPIN_SECONDS`, then sleep between polls.
 
     Args:
         request: an ``mpi4py.MPI.Request`` of a nonblocking call (``Iallreduce``, ``Ibarrier``, ...).
+        longest: the longest sleep between polls (:data:`START_NAP` where ranks meet at start-up).
     """
     if request.Test():
         return
@@ -44,7 +49,7 @@ def wait(request: Any) -> None:
     nap = FIRST_NAP
     while not request.Test():
         time.sleep(nap)
-        nap = min(nap * 2, LONGEST_NAP)
+        nap = min(nap * 2, longest)
 
 
 def drive(request: Any) -> None:

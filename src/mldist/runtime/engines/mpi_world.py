@@ -59,7 +59,7 @@ def start(comm: Any = None) -> Any:
         from mpi4py import MPI
 
         world = comm or MPI.COMM_WORLD
-        mpi_wait.wait(world.Ibarrier())  # ranks start at different times; the early ones sleep here
+        mpi_wait.wait(world.Ibarrier(), mpi_wait.START_NAP)  # ranks start at different times; the early ones sleep here
         # The three duplicates at once, waited for without busy-polling: each blocking Dup spun on every rank, and
         # on a node with more ranks than cores that took the cores from the ranks it waited for.
         (mine, made), (departures, made_too), (aside, made_last) = (world.Idup() for _ in range(3))
@@ -92,15 +92,19 @@ def arrange(setting: str) -> Hierarchy:
     if World.hierarchy is not None:
         return World.hierarchy
     comm = World.comm
+    # Blocking MPI calls busy-poll: on a node with more ranks than cores, a rank spinning in one takes the
+    # core from the ranks it waits for. So every rank first arrives (a nonblocking barrier, waited for with
+    # naps) before the one blocking call (MPI has no nonblocking Split_type), and the sums are nonblocking.
+    mpi_wait.wait(comm.Ibarrier())
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     leader = node.Get_rank() == 0
     nodes = np.array([int(leader)], np.int64)
-    comm.Allreduce(MPI.IN_PLACE, nodes, MPI.SUM)  # one leader per node
     ends = np.array([comm.Get_rank(), -comm.Get_rank()], np.int64)
-    node.Allreduce(MPI.IN_PLACE, ends, MPI.MAX)  # the node's highest and minus its lowest world rank
+    mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, nodes, MPI.SUM))  # one leader per node
+    mpi_wait.wait(node.Iallreduce(MPI.IN_PLACE, ends, MPI.MAX))  # the node's highest and minus its lowest world rank
     apart = int(ends[0] + ends[1]) + 1 != node.Get_size()  # the node's ranks are not numbered in a row
     facts = np.array([node.Get_size(), -node.Get_size(), int(apart)], np.int64)
-    comm.Allreduce(MPI.IN_PLACE, facts, MPI.MAX)  # the largest node, minus the smallest, any node apart
+    mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, facts, MPI.MAX))  # the largest node, minus the smallest, any node apart
     even = int(facts[0]) == -int(facts[1])
     World.hierarchy = tiers(setting, int(nodes[0]), int(facts[0]), even, in_a_row=not facts[2])
     if World.hierarchy.on and even:  # local rank r of every node: one all-reduce per local rank, side by side
