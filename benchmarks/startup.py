@@ -299,20 +299,6 @@ def hosts_part(args: argparse.Namespace) -> list[Row]:
     return [_ratio_row({"hosts": args.hosts, "ranks_per_host": args.ranks_per_host, "ranks": n}, medians[label])]
 
 
-#: silent: a namespace whose veth pair has no ARP and a far end without an address (every packet to
-#: TEST-NET-1 dies there), and the hosts file given by $1 bound over /etc/hosts.
-DROPPING_NET = """set -e
-ip link set lo up
-ip link add mldrop0 type veth peer name mldrop1
-ip link set mldrop0 arp off up
-ip link set mldrop1 up
-ip addr add 192.0.2.1/24 dev mldrop0
-mount --bind "$1" /etc/hosts
-shift
-exec "$@"
-"""
-
-
 def silent_part(args: argparse.Namespace) -> list[Row]:
     """The ``-H`` check of ``--silent`` silent one-slot hosts at ``--connect-timeout 2`` (see the docstring)."""
     count, timeout = args.silent, 2
@@ -321,11 +307,19 @@ def silent_part(args: argparse.Namespace) -> list[Row]:
         names = [f"s{i:04d}" for i in range(count)]
         lines = ["127.0.0.1 localhost", *(f"192.0.2.{i % 250 + 2} {name}" for i, name in enumerate(names))]
         (scratch / "hosts").write_text("\n".join(lines) + "\n")
-        (scratch / "net.sh").write_text(DROPPING_NET)
         run = [PY, "-m", "mldist", "run", "-H", ",".join(f"{name}:1" for name in names)]
         run += ["--connect-timeout", str(timeout), "--no-run-dir", "--", PY, "-c", "print('WORKER RAN')"]
         limited = ["bash", "-c", 'ulimit -n 20000 && exec "$@"', "-", *run]
-        argv = ["unshare", "-n", "-m", "--", "bash", str(scratch / "net.sh"), str(scratch / "hosts"), *limited]
+        argv = [
+            "unshare",
+            "-n",
+            "-m",
+            "--",
+            "bash",
+            str(ROOT / "scripts" / "dropping-net.sh"),
+            str(scratch / "hosts"),
+            *limited,
+        ]
         env = bench_env(scratch, {"PRTE_MCA_plm_ssh_agent": "ssh -F /dev/null -o StrictHostKeyChecking=no"})
         started = time.perf_counter()
         res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=args.timeout)

@@ -18,22 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PY, cannot_here, clean_env, tail
+from helpers import PY, ROOT, cannot_here, clean_env, tail
 from mldist.launch import fanout
 from mldist.launch.hosts import silent_hosts, summary
 
-#: The namespace's set-up: a veth pair without ARP whose far end holds no address (its packets die
-#: there), TEST-NET-1 routed into it, and the hosts file given by $1 in place of /etc/hosts.
-DROPPING_NET = """set -e
-ip link set lo up
-ip link add mldrop0 type veth peer name mldrop1
-ip link set mldrop0 arp off up
-ip link set mldrop1 up
-ip addr add 192.0.2.1/24 dev mldrop0
-mount --bind "$1" /etc/hosts
-shift
-exec "$@"
-"""
+#: Runs a command where the silent hosts' names drop every packet (see the script).
+DROPPING_NET = ROOT / "scripts" / "dropping-net.sh"
 
 
 def _silent_names(tmp_path: Path, count: int) -> tuple[Path, list[str]]:
@@ -44,11 +34,9 @@ def _silent_names(tmp_path: Path, count: int) -> tuple[Path, list[str]]:
     return hosts, names
 
 
-def _in_dropping_net(tmp_path: Path, hosts: Path, argv: list[str]) -> list[str]:
+def _in_dropping_net(hosts: Path, argv: list[str]) -> list[str]:
     """``argv`` run inside a namespace whose names in ``hosts`` drop every packet (skips where it cannot)."""
-    script = tmp_path / "net.sh"
-    script.write_text(DROPPING_NET)
-    wrapped = ["unshare", "-n", "-m", "--", "bash", str(script), str(hosts), *argv]
+    wrapped = ["unshare", "-n", "-m", "--", "bash", str(DROPPING_NET), str(hosts), *argv]
     probe = subprocess.run([*wrapped[:-len(argv)], "true"], capture_output=True, text=True, timeout=60)  # fmt: skip
     if probe.returncode != 0:
         cannot_here(f"no namespace with a dropping network here: {probe.stderr.strip()[:200]}")
@@ -139,7 +127,7 @@ def test_4096_silent_hosts_are_named_in_one_line_within_twice_the_connect_timeou
     hosts, names = _silent_names(tmp_path, 4096)
     run = [PY, "-m", "mldist", "run", "-H", ",".join(f"{n}:1" for n in names), "--connect-timeout", "2"]
     run += ["--no-run-dir", "--", PY, "-c", "print('WORKER RAN')"]
-    argv = _in_dropping_net(tmp_path, hosts, ["bash", "-c", 'ulimit -n 20000 && exec "$@"', "-", *run])
+    argv = _in_dropping_net(hosts, ["bash", "-c", 'ulimit -n 20000 && exec "$@"', "-", *run])
     env = clean_env(PRTE_MCA_plm_ssh_agent="ssh -F /dev/null -o StrictHostKeyChecking=no")
     started = time.monotonic()
     res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
@@ -163,7 +151,7 @@ def test_silent_hosts_beside_answering_ones_cost_one_connect_timeout(tmp_path: P
         "import json, os, sys, time; from mldist.launch.hosts import silent_hosts; t = time.monotonic(); "
         "s = silent_hosts(sys.argv[1:], os.environ, 3); print(json.dumps([time.monotonic() - t, s]))"
     )
-    argv = _in_dropping_net(tmp_path, hosts, [PY, "-c", code, *names, "localhost"])
+    argv = _in_dropping_net(hosts, [PY, "-c", code, *names, "localhost"])
     env = clean_env(PRTE_MCA_plm_ssh_agent="ssh -F /dev/null")
     res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, tail(res)
