@@ -58,12 +58,11 @@ class _Comm:
         self.calls.append("Free")
 
 
-def _fake_mpi(monkeypatch: pytest.MonkeyPatch, size: int, local_size: int) -> list[str]:
-    """A one-rank world whose launcher says ``size`` ranks, ``local_size`` on this node; the calls made."""
+def _fake_mpi(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A one-rank world; the calls made."""
     fake = types.SimpleNamespace(COMM_TYPE_SHARED=1, IN_PLACE=None, SUM="sum", MAX="max", MIN="min", UNDEFINED=-1)
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
     monkeypatch.setattr(sys.modules.get("mpi4py") or types.SimpleNamespace(), "MPI", fake, raising=False)
-    monkeypatch.setattr(mpi_world, "detect", lambda env: types.SimpleNamespace(size=size, local_size=local_size))
     calls: list[str] = []
     monkeypatch.setattr(mpi_world.World, "comm", _Comm(calls))
     monkeypatch.setattr(mpi_world.World, "hierarchy", None)
@@ -71,15 +70,15 @@ def _fake_mpi(monkeypatch: pytest.MonkeyPatch, size: int, local_size: int) -> li
 
 
 def test_arrange_makes_no_blocking_all_reduce_and_meets_before_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _fake_mpi(monkeypatch, size=2, local_size=1)  # the launcher's world is not this communicator's
-    decided = mpi_world.arrange("off")
+    calls = _fake_mpi(monkeypatch)
+    decided = mpi_world.arrange("off", one_node=2)  # the placement's world (2) is not this communicator's (1)
     assert "Allreduce" not in calls
     assert calls == ["Iallreduce", "Ibarrier", "Split_type", "Iallreduce", "Iallreduce", "Iallreduce", "Free"]
     assert not decided.on
 
 
 def test_a_world_on_one_node_is_decided_without_the_blocking_split(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _fake_mpi(monkeypatch, size=1, local_size=1)  # every rank on this node: one nonblocking sum
-    decided = mpi_world.arrange("on")
+    calls = _fake_mpi(monkeypatch)
+    decided = mpi_world.arrange("on", one_node=1)  # every rank on this node: one nonblocking MIN
     assert calls == ["Iallreduce"]
     assert (decided.on, decided.nodes, decided.reason) == (False, 1, "one node: the flat all-reduce never leaves it")

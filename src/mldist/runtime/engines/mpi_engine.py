@@ -387,7 +387,7 @@ class MpiEngine:
 
     def start(self, tf: Any, placement: Placement) -> tuple[Any, tuple[str, ...]]:
         """Duplicate ``COMM_WORLD``; no strategy, no addresses (no TensorFlow server)."""
-        start()
+        start(one_node=placement.size if placement.size == placement.local_size else 0)
         return None, ()
 
     def watch_probe(self, tf: Any) -> tuple[None, tuple[str, ...]]:

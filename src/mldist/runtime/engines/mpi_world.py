@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 
 from ...base import processwide
-from ...errors import MldistError
-from ...placement.detect import detect
 from ...placement.hierarchy import Hierarchy, requested, tiers
 from ..watch import stall
 from ..watch.leave import TOGETHER, ending_code
@@ -49,13 +47,14 @@ class World:
     joined = False
 
 
-def start(comm: Any = None) -> Any:
+def start(comm: Any = None, one_node: int = 0) -> Any:
     """Take a private duplicate of ``comm`` (default ``COMM_WORLD``); collective: every rank calls it.
 
     A duplicate keeps mldist's traffic apart from the user's own mpi4py calls; a second one
     carries the departure messages (:mod:`mldist.runtime.engines.mpi_exit`), whose exit handler then
     makes this rank wait for the others at the end instead of hanging in MPI_Finalize. Then it decides
-    whether the world's all-reduces go in tiers (:func:`arrange`).
+    whether the world's all-reduces go in tiers (:func:`arrange`); ``one_node``: the world's size where this rank's
+    placement puts the whole world on its node (``placement.size == placement.local_size``), else 0.
     """
     if World.comm is None:
         from mpi4py import MPI
@@ -72,11 +71,11 @@ def start(comm: Any = None) -> Any:
         World.departures.watch()
         World.aside = aside  # the slow-rank rounds, posted from the watch threads (straggler_gather)
         processwide.at_exit("atexit: MPI's departures", _at_exit)
-        arrange(requested(os.environ))
+        arrange(requested(os.environ), one_node)
     return World.comm
 
 
-def arrange(setting: str) -> Hierarchy:
+def arrange(setting: str, one_node: int = 0) -> Hierarchy:
     """Decide, once, whether the world's all-reduces are hierarchical; make the communicators they need.
 
     Collective. The facts come from MPI itself, so every rank decides alike: the nodes are the
@@ -88,13 +87,14 @@ def arrange(setting: str) -> Hierarchy:
 
     Args:
         setting: "auto", "on" or "off" (:func:`mldist.placement.hierarchy.requested`).
+        one_node: the world's size where this rank's placement puts the whole world on its node, else 0.
     """
     from mpi4py import MPI
 
     if World.hierarchy is not None:
         return World.hierarchy
     comm = World.comm
-    if _one_node(comm):  # the facts MPI would give, without its one blocking call (below)
+    if _one_node(comm, one_node):  # the facts MPI would give, without its one blocking call (below)
         World.hierarchy = tiers(setting, 1, comm.Get_size())
         return World.hierarchy
     # Blocking MPI calls busy-poll: on a node with more ranks than cores, a rank spinning in one takes the
@@ -122,8 +122,9 @@ def arrange(setting: str) -> Hierarchy:
     return World.hierarchy
 
 
-def _one_node(comm: Any) -> bool:
-    """Whether every rank of ``comm`` says its launcher put the whole world on its node (one nonblocking sum).
+def _one_node(comm: Any, mine: int) -> bool:
+    """Whether every rank of ``comm`` says its placement puts the whole world, of ``comm``'s size, on its node
+    (``mine``: that size, else 0; one nonblocking MIN).
 
     Then ``COMM_TYPE_SHARED`` makes one group: one node, every rank on it, numbered in a row. Its
     ``Split_type`` is blocking, and on 16 ranks of 2 cores it made each rank yield about 3,700 times.
@@ -131,12 +132,7 @@ def _one_node(comm: Any) -> bool:
     """
     from mpi4py import MPI
 
-    try:
-        me = detect(os.environ)
-    except MldistError:
-        me = None
-    size = comm.Get_size()
-    alone = np.array([int(me is not None and me.size == me.local_size == size)], np.int64)
+    alone = np.array([int(mine == comm.Get_size())], np.int64)
     mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, alone, MPI.MIN))
     return bool(alone[0])
 
