@@ -25,6 +25,7 @@ def test_the_shim_spells_the_rank_variables_and_signals_of_the_tables() -> None:
     mpi_rows = [rule.fields["rank"][0] for rule in LAUNCHERS if rule.name in ("openmpi", "pals", "mpich", "aprun")]
     assert list(shim.RANK_VARIABLES) == mpi_rows
     assert shim.FORWARDED == procs.FORWARDED
+    assert envvalues.WORKER_GROUP.name == shim.GROUP_VARIABLE
 
 
 def _run_shim(run_dir: Path, command: list[str], own: dict[str, str], env: dict[str, str]) -> str:
@@ -75,13 +76,16 @@ def test_a_command_that_cannot_start_is_recorded_with_127_and_why(tmp_path: Path
     assert code == "127" and why == f"cannot start {str(tmp_path / 'missing')!r}: No such file or directory\n"
 
 
-def test_the_worker_gets_only_its_streams_and_a_session_of_its_own(tmp_path: Path) -> None:
+def test_the_worker_gets_only_its_streams_and_a_process_group_of_its_own(tmp_path: Path) -> None:
+    """Its own group (the launcher signals it), named for the watchdog, but the shim's session: a new session
+    is a new scheduling autogroup, and 64 of them starved the shims still starting ranks."""
     extra = os.open(os.devnull, os.O_RDONLY)  # an inheritable descriptor the shim got from mpiexec
     os.set_inheritable(extra, True)
     log = tmp_path / "rank-1.log"
     try:
         (tmp_path / "start-1").write_bytes(start_file([str(log), "", os.devnull], [], {}))
-        code = "import os; print(sorted(os.listdir('/proc/self/fd')), os.getsid(0) == os.getpid())"
+        code = "import os; print(sorted(os.listdir('/proc/self/fd')), os.getpgrp() == os.getpid(), "
+        code += "os.getsid(0) == os.getsid(os.getppid()), os.environ['MLDIST_WORKER_GROUP'] == str(os.getpid()))"
         res = subprocess.run(
             [*shim_argv(tmp_path), sys.executable, "-I", "-S", "-c", code],
             env={"PATH": os.environ["PATH"], "OMPI_COMM_WORLD_RANK": "1"},
@@ -91,7 +95,7 @@ def test_the_worker_gets_only_its_streams_and_a_session_of_its_own(tmp_path: Pat
     finally:
         os.close(extra)
     assert res.returncode == 0
-    assert log.read_text() == "['0', '1', '2', '3'] True\n"  # (3: the listing's own descriptor)
+    assert log.read_text() == "['0', '1', '2', '3'] True True True\n"  # (3: the listing's own descriptor)
 
 
 def test_the_worker_gets_sigpipe_back(tmp_path: Path) -> None:

@@ -313,6 +313,12 @@ ELASTIC_ID = given("MLDIST_ELASTIC_ID", "the elastic run's id (`--min-np`, `--ho
 HOOK_SKIP = given(
     "MLDIST_HOOK_SKIP", "set for mldist's own per-rank shims: the start-up hook is for the worker they start"
 )
+WORKER_GROUP = given(
+    "MLDIST_WORKER_GROUP",
+    "the process group that mpiexec's per-rank shim made for its worker: the worker stops it whole if the "
+    "launcher dies",
+    (WORKER,),
+)
 HOOK_PID = given("MLDIST_HOOK_PID", "the worker's own pid, for the Python processes it starts in turn", (WORKER,))
 
 # What the job script of mldist submit sets for its ranks.

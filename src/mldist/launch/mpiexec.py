@@ -1,7 +1,7 @@
 """``mldist run`` through mpiexec: the workers share one MPI world for the MPI engine.
 
 mpiexec starts one shim (``launch/shim.py``) per rank; each shim starts the
-worker in its own session, connects its output to the launcher's FIFOs and
+worker in its own process group, connects its output to the launcher's FIFOs and
 records its pid and exit code in a private run directory. The launcher then
 supervises the workers exactly as when it starts them itself. What each rank
 needs that the launcher can work out (its variables, streams, CPUs) the launcher

@@ -48,6 +48,14 @@ ROUND_FILE = "round"
 FENCE_EVERY, MARK_EVERY = 5.0, 1.0
 
 
+def _own_group() -> None:
+    """Between fork and exec: a process group of the worker's own (the shim signals it whole) and the
+    parent-death signal. A group, not a session: each session is a scheduling autogroup of its own, and
+    with more ranks than cores the shims still starting ranks got a sliver of the CPUs (launch/shim.py)."""
+    os.setpgid(0, 0)
+    die_with_parent()
+
+
 def _start(command: list[str], rank: int) -> subprocess.Popen[bytes] | None:
     try:
         return subprocess.Popen(
@@ -55,8 +63,7 @@ def _start(command: list[str], rank: int) -> subprocess.Popen[bytes] | None:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=_own_group,
         )
     except OSError as exc:
         print(f"[{rank}] mldist run: cannot start {command[0]!r} on {socket.gethostname()}: {exc.strerror}", flush=True)
@@ -153,7 +160,7 @@ def _fence(child: subprocess.Popen[bytes], rank: int, local_rank: int) -> None:
 
 
 def _forwarder(pid: int) -> Callable[[int, object], None]:
-    """A signal handler giving the worker's session the signal ``_PASSED`` maps the received one to."""
+    """A signal handler giving the worker's group the signal ``_PASSED`` maps the received one to."""
 
     def forward(signum: int, _frame: object) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

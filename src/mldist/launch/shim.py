@@ -1,7 +1,7 @@
 """One rank of ``mldist run`` when mpiexec starts the workers: ``python -I -S .../launch/shim.py RUN_DIR -- CMD``.
 
 mpiexec gives each rank its MPI identity; the launcher still supervises every
-worker itself. The shim starts the worker command in its own session with its
+worker itself. The shim starts the worker command in its own process group with its
 output on the launcher's pipes (``out-R``/``err-R`` FIFOs, or ``rank-R.log``),
 records the worker's pid (so the launcher signals it directly) and its exit code
 (so the launcher names the rank and passes the code through), forwards signals,
@@ -36,6 +36,9 @@ import time
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PALS_RANKID", "PMI_RANK", "ALPS_APP_PE")
 #: Signals passed on to the worker's session (``mldist.launch.procs.FORWARDED``; the same test keeps them alike).
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Names the worker's process group for its watch of the launcher (``mldist.base.envvalues.WORKER_GROUP``,
+#: spelled here for the same reason; the same test keeps them alike).
+GROUP_VARIABLE = "MLDIST_WORKER_GROUP"
 #: Signals that Python ignores and ``exec`` would keep ignored: the worker gets them back (as subprocess does).
 _RESTORED = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
 _PR_SET_PDEATHSIG = 1
@@ -95,12 +98,18 @@ def _open_streams(paths: list[str]) -> tuple[int, int, int]:
 
 
 def _exec_child(command: list[str], fds: tuple[int, int, int], report: int) -> None:
-    """In the forked child: a session of its own, the parent-death signal, the streams, then the command.
+    """In the forked child: a process group of its own, the parent-death signal, the streams, then the command.
 
+    A group, not a session: the launcher signals the group, and a new session would also be a new
+    scheduling autogroup (``/proc/sys/kernel/sched_autogroup_enabled``, on in most distributions),
+    each of which gets an equal share of the CPUs. With more ranks than cores, 64 workers in 64
+    autogroups left the shims that start the last ones (all in mpiexec's one) a 65th of the machine:
+    ranks started over 7 s instead of 1, and ``mldist run -n 64`` took 2.4x a bare ``mpirun``.
     A failed exec writes its errno to ``report`` (closed on exec) and exits 127; never returns.
     """
     try:
-        os.setsid()
+        os.setpgid(0, 0)
+        os.environ[GROUP_VARIABLE] = str(os.getpid())  # (the watchdog's: this group is the worker's own)
         die_with_parent()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)  # (dup2's copy is inheritable; the originals close on exec)

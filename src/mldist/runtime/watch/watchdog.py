@@ -29,14 +29,15 @@ from ...errors import ConfigError
 _POLL_SECONDS = 1.0
 
 
-def _in_own_session(launcher: int) -> bool:
-    """Whether this process's group is a session of its own, apart from the launcher's.
+def _in_own_group(launcher: int, env: Mapping[str, str]) -> bool:
+    """Whether this process's group is one ``mldist run`` made for its worker, apart from the launcher's.
 
-    ``mldist run`` starts every worker (or its shim's child) in a new session; anything else
-    (the variable set by hand in a shell, a worker started some other way) is left alone.
+    ``mldist run`` starts every worker in a new session, or (mpiexec's shim) in a new process group
+    that ``MLDIST_WORKER_GROUP`` names; anything else (the variable set by hand in a shell, a worker
+    started some other way) is left alone.
     """
     group = os.getpgrp()
-    if group != os.getsid(0):
+    if group != os.getsid(0) and envvalues.WORKER_GROUP.read(env) != str(group):
         return False
     try:
         return os.getpgid(launcher) != group
@@ -77,7 +78,7 @@ def watch_launcher(env: Mapping[str, str]) -> bool:
         launcher = envvalues.LAUNCHER_PID.read(env)
     except ConfigError:
         return False
-    if launcher is None or not _in_own_session(launcher):
+    if launcher is None or not _in_own_group(launcher, env):
         return False
     threading.Thread(target=_wait_for_exit, args=(launcher,), name="mldist-watchdog", daemon=True).start()
     return True
