@@ -1,9 +1,10 @@
-"""The MPI engine decides its tiers without blocking all-reduces (issue 62).
+"""The MPI engine decides its tiers without blocking MPI calls (issue 62).
 
 A blocking MPI call busy-polls: with 64 ranks on 2 cores, the ranks spinning in ``arrange``'s three
 ``Allreduce`` took the cores from the ranks they waited for (27 ms of CPU per rank at 16 ranks, more at
-64). They are nonblocking now, waited for with naps (``mpi_wait.wait``), and the one blocking call left
-(``Split_type``: MPI has no nonblocking one) comes after a nonblocking barrier, with every rank there.
+64). They are nonblocking now, waited for with naps (``mpi_wait.wait``). The blocking ``Split_type`` that
+found the nodes (37 s of a 50 s run over 16 test hosts x 2 ranks) gave way to one nonblocking all-gather
+of each rank's node key; a node's communicator is split only where the tiers are on.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class _Comm:
         self.calls.append("Iallreduce")  # one rank: the buffer is already the result
         return _Done()
 
+    def Iallgather(self, send: np.ndarray[Any, Any], out: np.ndarray[Any, Any]) -> _Done:
+        self.calls.append("Iallgather")
+        out[:] = send  # one rank
+        return _Done()
+
     def Allreduce(self, *args: Any) -> None:
         self.calls.append("Allreduce")
 
@@ -61,6 +67,7 @@ class _Comm:
 def _fake_mpi(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A one-rank world; the calls made."""
     fake = types.SimpleNamespace(COMM_TYPE_SHARED=1, IN_PLACE=None, SUM="sum", MAX="max", MIN="min", UNDEFINED=-1)
+    fake.Get_processor_name = lambda: "nid001"
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
     monkeypatch.setattr(sys.modules.get("mpi4py") or types.SimpleNamespace(), "MPI", fake, raising=False)
     calls: list[str] = []
@@ -69,12 +76,19 @@ def _fake_mpi(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_arrange_makes_no_blocking_all_reduce_and_meets_before_the_split(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_arrange_finds_the_nodes_with_one_nonblocking_all_gather(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _fake_mpi(monkeypatch)
-    decided = mpi_world.arrange("off", one_node=2)  # the placement's world (2) is not this communicator's (1)
-    assert "Allreduce" not in calls
-    assert calls == ["Iallreduce", "Ibarrier", "Split_type", "Iallreduce", "Iallreduce", "Iallreduce", "Free"]
-    assert not decided.on
+    decided = mpi_world.arrange("on", one_node=2)  # the placement's world (2) is not this communicator's (1)
+    assert calls == ["Iallreduce", "Iallgather"]  # no Split_type, no blocking call, no communicator
+    assert not decided.on and decided.nodes == 1
+
+
+def test_the_node_facts_from_every_ranks_key() -> None:
+    keys = np.array([mpi_world.node_key(name) for name in ("a", "a", "b", "b", "c", "c")], np.uint64)
+    assert mpi_world.node_facts(keys) == (3, 2, True, True, [0, 0, 2, 2, 4, 4])
+    apart = np.array([mpi_world.node_key(name) for name in ("a", "b", "a", "b", "b")], np.uint64)
+    assert mpi_world.node_facts(apart) == (2, 3, False, False, [0, 1, 0, 1, 1])
+    assert mpi_world.node_key("nid001") != mpi_world.node_key("nid002") != mpi_world.node_key("")
 
 
 def test_a_world_on_one_node_is_decided_without_the_blocking_split(monkeypatch: pytest.MonkeyPatch) -> None:
