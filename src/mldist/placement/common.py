@@ -45,7 +45,7 @@ JAX = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 #: (3: a reduce-scatter, then an allgather, halves each way at once) moves it once. Measured on 2 hosts
 #: over a 1 Gbit/s link: the example CNN went 1,910 -> 3,837 images/s per worker, the bare blocking
 #: prototype's 3,799. Counts below the largest power of two of the ranks fall back to a ring; the
-#: engine keeps those blocking (``mldist.runtime.engines.mpi_join.allreduce``). Ignored by other MPIs.
+#: engine pads those to that length (``mldist.runtime.engines.mpi_join.allreduce``). Ignored by other MPIs.
 #: MPI_Ireduce (the hierarchical all-reduce's reduce on a node, :mod:`mldist.runtime.engines.mpi_tiers`) as a binomial
 #: tree (2): libnbc's default for 2 ranks on one host took 33 ms for 1.4 MB and 211 ms for 14 MB, the
 #: binomial 0.4 ms and 12 ms.

@@ -327,7 +327,7 @@ def broadcast(buffers: list[Any], root: int, rank: int) -> list[Any]:
         for a, o in zip(arrays, out, strict=True):
             if rank == root:
                 np.copyto(o, a)  # never hand TensorFlow back an alias of its own tensor
-            World.active.Bcast(o.view(np.uint8), root)
+            mpi_wait.drive(World.active.Ibcast(o.view(np.uint8), root))  # (nonblocking: see drive)
         return out
 
     (received,) = _call([run], [[_bits(b) for b in buffers]], "mpi_broadcast", "broadcast")
@@ -349,12 +349,16 @@ def allgather(value: Any, size: int) -> Any:
         if not _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}"):
             return [np.array(a)]
         rows = np.empty(size, np.int64)
-        World.active.Allgather(np.array([a.shape[0]], np.int64), rows)
+        mpi_wait.drive(World.active.Iallgather(np.array([a.shape[0]], np.int64), rows))
         row_bytes = int(np.prod(inner)) * a.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        World.active.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
+        mpi_wait.drive(
+            World.active.Iallgatherv(
+                np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE]
+            )
+        )
         return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
 
     ((gathered,),) = _call([run], [[_bits(value)]], "mpi_allgather", "allgather")

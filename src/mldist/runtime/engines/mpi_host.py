@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import mpi_join, subsets
+from . import mpi_join, mpi_wait, subsets
 from .mpi_engine import MpiEngine, _agree, _aligned, _describe, _output, _reduce_in_place
 from .mpi_world import World, watched
 
@@ -89,7 +89,7 @@ def broadcast(arrays: Arrays, root: int, rank: int) -> Arrays:
         for a, o in zip(flat, out, strict=True):
             if rank == root:
                 np.copyto(o, a)
-            World.active.Bcast(o, root)
+            mpi_wait.drive(World.active.Ibcast(o, root))  # (nonblocking: see mpi_wait.drive)
         return out
 
     got = _over(run, "broadcast")(*sent)
@@ -109,12 +109,12 @@ def allgather(value: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any]:
         if not _agree("allgather", shape, [mine[:0].reshape(-1)], lambda: what):
             return [np.array(mine)]
         rows = np.empty(size, np.int64)
-        World.active.Allgather(np.array([mine.shape[0]], np.int64), rows)
+        mpi_wait.drive(World.active.Iallgather(np.array([mine.shape[0]], np.int64), rows))
         row_bytes = int(np.prod(inner, dtype=np.int64)) * mine.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        World.active.Allgatherv(mine.view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
+        mpi_wait.drive(World.active.Iallgatherv(mine.view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE]))
         return [out.view(mine.dtype).reshape(int(rows.sum()), *inner)]
 
     (gathered,) = _over(run, "allgather")(a)
