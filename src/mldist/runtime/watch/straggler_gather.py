@@ -102,6 +102,20 @@ def row(
     return out
 
 
+def distinct(values: Any) -> Any:
+    """``values``' distinct elements, sorted: ``np.unique`` without its first call's import of ``numpy.ma``
+    (9 ms on rank 0 at every start).
+
+    Example:
+        >>> distinct(np.array([3, 1, 3, 2])).tolist(), distinct(np.zeros(0, np.int64)).tolist()
+        ([1, 2, 3], [])
+    """
+    ordered = np.sort(values, axis=None)
+    if ordered.size == 0:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 class Picker:
     """What one rank sends: the collectives it picked since its last round (the collective's thread calls
     :meth:`ended`, the watch thread :meth:`take`).
@@ -205,7 +219,7 @@ class Pool:
             return none
         lo, hi = int(np.where(keep, nums, nums.max()).min()), int(np.where(keep, nums, nums.min()).max())
         if hi - lo > 2**22:  # numbers far apart (a damaged row): the slow way
-            uniq = np.unique(nums[keep])
+            uniq = distinct(nums[keep])
             lut_of = {int(u): self._place(int(u)) for u in uniq}
             at = np.where(keep, np.vectorize(lambda k: lut_of.get(int(k), self.trash))(nums), self.trash)
             slots = np.array(sorted(set(lut_of.values()) - {self.trash}), np.int64)
@@ -217,7 +231,7 @@ class Pool:
             lut = np.full(hi - lo + 2, self.trash, np.int64)
             lut[uniq - lo] = [self._place(int(u)) for u in uniq]
             at = lut[index]
-            slots = np.unique(lut[uniq - lo])
+            slots = distinct(lut[uniq - lo])
             slots = slots[slots != self.trash]
         self.waits[ranks, at], self.gaps[ranks, at], self.have[ranks, at] = waits, gaps, True
         return self._complete(slots) if len(slots) else none
