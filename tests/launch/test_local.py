@@ -133,6 +133,20 @@ def test_unbound_workers_in_a_narrowed_mask_share_it_and_pin_nothing() -> None:
     assert not any("KMP_AFFINITY" in r["init_would_set"] for r in reports)  # before: both pinned to that CPU
 
 
+def test_unbound_workers_get_their_share_of_threads_before_they_import_numpy() -> None:
+    """OpenBLAS sizes its pool at import: the launcher sets OMP_NUM_THREADS to each rank's share (issue 62),
+    and the plan still names the share as its source."""
+    allowed = len(os.sched_getaffinity(0))
+    share = max(1, allowed // 2)
+    code = "import os; print(os.environ.get('OMP_NUM_THREADS'))"
+    res = check(mldist(["run", "-n", "2", "--no-run-dir", "--", PY, "-c", code], env=clean_env()))
+    assert sorted(res.stdout.splitlines()) == [f"[{r}] {share if share < allowed else None}" for r in (0, 1)], tail(res)
+    env_json = [PY, "-m", "mldist", "env", "--json", "--no-tensorflow"]
+    res = check(mldist(["run", "-n", "2", "--no-run-dir", "--", *env_json], env=clean_env()))
+    plans = [(r["threads"]["cpus"], r["threads"]["source"]) for r in map(json.loads, joined_json(res.stdout))]
+    assert plans == [(share, f"{allowed} cores / 2 ranks")] * 2, tail(res)
+
+
 def joined_json(stdout: str) -> list[str]:
     """Each rank's JSON document from ``[rank] ``-prefixed lines."""
     by_rank: dict[str, list[str]] = {}

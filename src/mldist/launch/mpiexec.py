@@ -33,7 +33,7 @@ from ..errors import ConfigError, LaunchError
 from ..placement import common
 from .config import command_problem
 from .groups import Group
-from .procs import binding_env, run_env
+from .procs import binding_env, run_env, threads_env
 
 #: Variables of an outer launcher that would make detection ignore mpiexec's ranks.
 _STALE = (
@@ -274,6 +274,7 @@ class MpiexecGroup(Group):
         extra = {
             **run_env(cfg, self.run_id, self.restart),
             **binding_env(cfg),
+            **threads_env(self.env, cfg),  # (OpenBLAS sizes its pool when the worker imports numpy)
             envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watch.watchdog)
             # For TensorFlow's engine should the workers want it (mldist.strategy() on MPI).
             envvalues.WORKERS.name: ",".join(workers),

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from ..base import envvalues
 from ..base.rundir import RUN_DIR_ENV
 from ..placement import common
-from ..placement.resources import CPU_BIND_ENV
+from ..placement.resources import CPU_BIND_ENV, CpuProbe, cpu_probe, cpus_per_task_from, plan_threads
 from .config import RunConfig
 
 #: Signals forwarded to every worker. INT/TERM also start the grace period.
@@ -95,6 +95,35 @@ def binding_env(cfg: RunConfig) -> dict[str, str]:
     return {CPU_BIND_ENV: cfg.cpu_bind}
 
 
+def threads_env(base: Mapping[str, str], cfg: RunConfig, probe: CpuProbe | None = None) -> dict[str, str]:
+    """``OMP_NUM_THREADS`` for workers that share this host's CPUs unbound: each rank's share of them.
+
+    Set at launch, not in ``mldist.init()``: OpenBLAS, MKL and OpenMP size their thread pools when the
+    worker imports them, and scripts import numpy first. Unset, each of 64 ranks on 2 cores started
+    OpenBLAS's 2 spinning threads, and importing numpy cost 117 ms of CPU instead of 63 (``perf stat``).
+    Nothing where the user's environment gives a count (``OMP_NUM_THREADS``, ``SLURM_CPUS_PER_TASK``, ...:
+    :func:`mldist.placement.resources.cpus_per_task_from`), where ``--cpu-bind cores`` gives each rank its
+    set, or where the share is every CPU (one rank: the libraries take them all anyway).
+
+    Args:
+        base: the launcher's environment.
+        cfg: the run configuration (``nprocs``, ``cpu_bind``).
+        probe: this host's CPUs (default: :func:`mldist.placement.resources.cpu_probe`).
+
+    Example:
+        >>> cfg = RunConfig(nprocs=4, command=("python",))
+        >>> threads_env({}, cfg, CpuProbe(8, tuple(range(8)))), threads_env({"OMP_NUM_THREADS": "1"}, cfg)
+        ({'OMP_NUM_THREADS': '2'}, {})
+        >>> threads_env({}, RunConfig(nprocs=1, command=("python",)), CpuProbe(8, tuple(range(8))))
+        {}
+    """
+    if cfg.cpu_bind != "none" or cpus_per_task_from(base) is not None:
+        return {}
+    p = probe or cpu_probe()
+    share = plan_threads(len(p.allowed), p.total, None, cfg.nprocs, shared=True).cpus
+    return {"OMP_NUM_THREADS": str(share)} if share < len(p.allowed) else {}
+
+
 def worker_env(
     base: Mapping[str, str], cfg: RunConfig, rank: int, workers: Sequence[str], run_id: str, restart: int = 0
 ) -> dict[str, str]:
@@ -128,7 +157,7 @@ def worker_env(
             envvalues.LAUNCHER_PID.name: str(os.getpid()),  # workers stop if it dies (mldist.runtime.watch.watchdog)
         }
     )
-    env.update(binding_env(cfg))
+    env.update(binding_env(cfg) | threads_env(base, cfg))
     env.update(common.for_tools(env, rank, cfg.nprocs, rank, cfg.nprocs, workers))
     env.setdefault("PYTHONUNBUFFERED", "1")
     # TensorFlow's C++ INFO lines, once per rank, bury the training output; yours win.

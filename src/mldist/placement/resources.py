@@ -258,7 +258,10 @@ def thread_plan(
     count, name = cpus_per_task_from(env) or (None, "")
     given_by = CPUS_PER_TASK_SOURCES.get(name, "")
     plan = plan_threads(len(p.allowed), p.total, count, local_size, given_by, shared=p.shared, size=size)
-    share = plan_threads(len(p.allowed), p.total, None, local_size, shared=p.shared).cpus  # without the variable
+    own = plan_threads(len(p.allowed), p.total, None, local_size, shared=p.shared, size=size)  # without the variable
+    share = own.cpus
+    if plan.source == "OMP_NUM_THREADS" and plan.cpus == share:
+        plan = own  # the share itself (mldist run sets it so, before the worker imports numpy): named as such
     if plan.source == "OMP_NUM_THREADS" and plan.cpus < share:
         note = (
             f"OMP_NUM_THREADS={plan.cpus} gives each rank {plan.cpus} CPU thread(s) of the {share} it could use; "
