@@ -19,7 +19,9 @@ Parts (``--parts``, in this order):
   launch   wall seconds of ``mldist run -n N`` of a numpy-only script (``mldist.init()``, one all-reduce of 3
            floats) against a bare ``mpirun -n N`` of the same mpi4py work (Open MPI from this Python's
            environment, as ``mldist run`` finds it; oversubscribed and unbound, as mldist starts it), for
-           each N of ``--ranks``, in interleaved rounds (``--rounds``): medians, and their ratio.
+           each N of ``--ranks``, in interleaved rounds (``--rounds``): medians, and their ratio; beside them
+           the same bare run given ``OMP_NUM_THREADS`` as ``mldist run`` sets it for unbound ranks (each
+           rank's share of the CPUs), and mldist's ratio to that (``ratio_threads``).
 
   staged   one worker's file-system calls off the node at start, from its environment and from a staged copy.
   hosts    ``mldist run -H hx1:R,...,hxH:R`` of the numpy-only script against a bare ``mpirun --host`` of the
@@ -190,7 +192,16 @@ def interleaved(
 
 def _ratio_row(first: Row, medians: Mapping[str, float]) -> Row:
     mine, bare = medians["mldist"], medians["mpirun"]
-    return {**first, "mldist_s": round(mine, 2), "mpirun_s": round(bare, 2), "ratio": round(mine / bare, 2)}
+    row = {**first, "mldist_s": round(mine, 2), "mpirun_s": round(bare, 2), "ratio": round(mine / bare, 2)}
+    if "mpirun_threads" in medians:
+        threads = medians["mpirun_threads"]
+        row |= {"mpirun_threads_s": round(threads, 2), "ratio_threads": round(mine / threads, 2)}
+    return row
+
+
+def _share(ranks: int) -> int:
+    """Each of ``ranks`` unbound ranks' share of this machine's CPUs (what ``mldist run`` sets, at least 1)."""
+    return max(1, len(os.sched_getaffinity(0)) // ranks)
 
 
 def _scripts(scratch: Path) -> tuple[str, str]:
@@ -220,10 +231,14 @@ def launch_part(args: argparse.Namespace) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="mldist-startup-") as tmp:
         scratch = Path(tmp)
         mine, bare = _scripts(scratch)
+        unbound = [MPIRUN, "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE"]
         cases = {
             f"-n {n}": {
                 "mldist": [PY, "-m", "mldist", "run", "-n", str(n), "--", PY, mine],
-                "mpirun": [MPIRUN, "-n", str(n), "--bind-to", "none", "--map-by", ":OVERSUBSCRIBE", PY, bare],
+                "mpirun": [*unbound, "-n", str(n), PY, bare],
+                # The same bare run given the thread share mldist run gives its ranks (OMP_NUM_THREADS):
+                # how much of the difference is that setting rather than the rest of mldist.
+                "mpirun_threads": [*unbound, "-n", str(n), "-x", f"OMP_NUM_THREADS={_share(n)}", PY, bare],
             }
             for n in args.ranks
         }
