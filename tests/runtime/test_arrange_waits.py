@@ -68,6 +68,7 @@ def _fake_mpi(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A one-rank world; the calls made."""
     fake = types.SimpleNamespace(COMM_TYPE_SHARED=1, IN_PLACE=None, SUM="sum", MAX="max", MIN="min", UNDEFINED=-1)
     fake.Get_processor_name = lambda: "nid001"
+    fake.SUM = "sum"
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
     monkeypatch.setattr(sys.modules.get("mpi4py") or types.SimpleNamespace(), "MPI", fake, raising=False)
     calls: list[str] = []
@@ -76,10 +77,12 @@ def _fake_mpi(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_arrange_finds_the_nodes_with_one_nonblocking_all_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_arrange_finds_the_nodes_with_one_nonblocking_all_reduce(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _fake_mpi(monkeypatch)
     decided = mpi_world.arrange("on", one_node=2)  # the placement's world (2) is not this communicator's (1)
-    assert calls == ["Iallreduce", "Iallgather"]  # no Split_type, no blocking call, no communicator
+    # the one-node MIN, then every rank's node key (an all-gather as an all-reduce: libnbc's all-gather is
+    # linear); no Split_type, no blocking call, no communicator
+    assert calls == ["Iallreduce", "Iallreduce"]
     assert not decided.on and decided.nodes == 1
 
 

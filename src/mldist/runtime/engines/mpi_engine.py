@@ -43,7 +43,7 @@ from .. import compat
 from ..watch.failures import Deferred
 from . import mpi_join, mpi_tiers, mpi_wait, subsets
 from .mpi_progress import PROGRESS
-from .mpi_world import World, abort, aside, join, start, watched, world
+from .mpi_world import World, abort, aside, each_ranks, join, start, watched, world
 
 _KINDS = {"sum": 1, "max": 2, "min": 3, "broadcast": 4, "allgather": 5, "prod": 6, "sum_float16": 7, "sum_bfloat16": 8}
 _ALIGN = 64  # TensorFlow adopts a returned array without a copy when its data is aligned so
@@ -348,8 +348,7 @@ def allgather(value: Any, size: int) -> Any:
         shape = zlib.crc32(np.array(inner, np.int64).tobytes())
         if not _agree("allgather", shape, [a[:0].reshape(-1)], lambda: f"allgather of {a.dtype.name}{list(a.shape)}"):
             return [np.array(a)]
-        rows = np.empty(size, np.int64)
-        mpi_wait.drive(World.active.Iallgather(np.array([a.shape[0]], np.int64), rows))
+        rows = each_ranks(World.active, a.shape[0], np.int64)
         row_bytes = int(np.prod(inner)) * a.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import mpi_join, mpi_wait, subsets
 from .mpi_engine import MpiEngine, _agree, _aligned, _describe, _output, _reduce_in_place
-from .mpi_world import World, watched
+from .mpi_world import World, each_ranks, watched
 
 Arrays = list[np.ndarray[Any, Any]]
 #: 16-bit floats summed by their own MPI operation (their bits travel as uint16).
@@ -108,13 +108,14 @@ def allgather(value: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any]:
         what = f"allgather of {a.dtype.name}{list(a.shape)}"
         if not _agree("allgather", shape, [mine[:0].reshape(-1)], lambda: what):
             return [np.array(mine)]
-        rows = np.empty(size, np.int64)
-        mpi_wait.drive(World.active.Iallgather(np.array([mine.shape[0]], np.int64), rows))
+        rows = each_ranks(World.active, mine.shape[0], np.int64)
         row_bytes = int(np.prod(inner, dtype=np.int64)) * mine.itemsize
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        mpi_wait.drive(World.active.Iallgatherv(mine.view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE]))
+        # Blocking: libnbc's nonblocking all-gather is linear (a connection to every peer), Open MPI's blocking
+        # one a ring or neighbour exchange; every rank is here already (the counts' all-reduce above).
+        World.active.Allgatherv(mine.view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
         return [out.view(mine.dtype).reshape(int(rows.sum()), *inner)]
 
     (gathered,) = _over(run, "allgather")(a)
