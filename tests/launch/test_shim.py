@@ -25,7 +25,6 @@ def test_the_shim_spells_the_rank_variables_and_signals_of_the_tables() -> None:
     mpi_rows = [rule.fields["rank"][0] for rule in LAUNCHERS if rule.name in ("openmpi", "pals", "mpich", "aprun")]
     assert list(shim.RANK_VARIABLES) == mpi_rows
     assert shim.FORWARDED == procs.FORWARDED
-    assert envvalues.WORKER_GROUP.name == shim.GROUP_VARIABLE
 
 
 def _run_shim(run_dir: Path, command: list[str], own: dict[str, str], env: dict[str, str]) -> str:
@@ -77,15 +76,15 @@ def test_a_command_that_cannot_start_is_recorded_with_127_and_why(tmp_path: Path
 
 
 def test_the_worker_gets_only_its_streams_and_a_process_group_of_its_own(tmp_path: Path) -> None:
-    """Its own group (the launcher signals it), named for the watchdog, but the shim's session: a new session
-    is a new scheduling autogroup, and 64 of them starved the shims still starting ranks."""
+    """Its own group (the launcher signals it), but the shim's session: a new session is a new scheduling
+    autogroup, and 64 of them starved the shims still starting ranks."""
     extra = os.open(os.devnull, os.O_RDONLY)  # an inheritable descriptor the shim got from mpiexec
     os.set_inheritable(extra, True)
     log = tmp_path / "rank-1.log"
     try:
         (tmp_path / "start-1").write_bytes(start_file([str(log), "", os.devnull], [], {}))
         code = "import os; print(sorted(os.listdir('/proc/self/fd')), os.getpgrp() == os.getpid(), "
-        code += "os.getsid(0) == os.getsid(os.getppid()), os.environ['MLDIST_WORKER_GROUP'] == str(os.getpid()))"
+        code += "os.getsid(0) == os.getsid(os.getppid()))"
         res = subprocess.run(
             [*shim_argv(tmp_path), sys.executable, "-I", "-S", "-c", code],
             env={"PATH": os.environ["PATH"], "OMPI_COMM_WORLD_RANK": "1"},
@@ -95,7 +94,7 @@ def test_the_worker_gets_only_its_streams_and_a_process_group_of_its_own(tmp_pat
     finally:
         os.close(extra)
     assert res.returncode == 0
-    assert log.read_text() == "['0', '1', '2', '3'] True True True\n"  # (3: the listing's own descriptor)
+    assert log.read_text() == "['0', '1', '2', '3'] True True\n"  # (3: the listing's own descriptor)
 
 
 def test_the_worker_gets_sigpipe_back(tmp_path: Path) -> None:
@@ -122,6 +121,7 @@ def test_without_a_rank_variable_the_shim_says_so_and_starts_nothing(tmp_path: P
 
 def test_rank_variables_give_each_rank_its_place_and_keep_a_users_own() -> None:
     got = rank_variables({"WORLD_SIZE": "9", "OMP_NUM_THREADS": "4"}, 3, 4, ["h:1"] * 4, 2)
+    assert got[envvalues.WORKER_GROUP.name] == "1"  # the shim's process group: the worker's watchdog takes it
     assert got[envvalues.RANK.name] == "3" and got[envvalues.LOCAL_SIZE.name] == "4" and got["LOCAL_RANK"] == "3"
     assert "WORLD_SIZE" not in got and "OMP_NUM_THREADS" not in got
     assert rank_variables({}, 0, 2, [], 3)["OMP_NUM_THREADS"] == "3"

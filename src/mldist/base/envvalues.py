@@ -315,8 +315,8 @@ HOOK_SKIP = given(
 )
 WORKER_GROUP = given(
     "MLDIST_WORKER_GROUP",
-    "the process group that mpiexec's per-rank shim made for its worker: the worker stops it whole if the "
-    "launcher dies",
+    "set (1) where mpiexec's per-rank shim starts the worker in a process group of its own: the worker "
+    "stops that group whole if the launcher dies",
     (WORKER,),
 )
 HOOK_PID = given("MLDIST_HOOK_PID", "the worker's own pid, for the Python processes it starts in turn", (WORKER,))

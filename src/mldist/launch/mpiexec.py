@@ -209,6 +209,7 @@ def rank_variables(env: Mapping[str, str], rank: int, n: int, workers: Sequence[
         ('1', '1', '2', '2')
     """
     own = {
+        envvalues.WORKER_GROUP.name: "1",  # the shim gives the worker a process group of its own (the watchdog's)
         envvalues.RANK.name: str(rank),
         envvalues.SIZE.name: str(n),
         envvalues.LOCAL_RANK.name: str(rank),

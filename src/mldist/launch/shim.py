@@ -36,9 +36,6 @@ import time
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PALS_RANKID", "PMI_RANK", "ALPS_APP_PE")
 #: Signals passed on to the worker's session (``mldist.launch.procs.FORWARDED``; the same test keeps them alike).
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-#: Names the worker's process group for its watch of the launcher (``mldist.base.envvalues.WORKER_GROUP``,
-#: spelled here for the same reason; the same test keeps them alike).
-GROUP_VARIABLE = "MLDIST_WORKER_GROUP"
 #: Signals that Python ignores and ``exec`` would keep ignored: the worker gets them back (as subprocess does).
 _RESTORED = ("SIGPIPE", "SIGXFZ", "SIGXFSZ")
 _PR_SET_PDEATHSIG = 1
@@ -111,7 +108,6 @@ def _exec_child(command: list[str], fds: tuple[int, int, int], report: int) -> N
     """
     try:
         os.setpgid(0, 0)
-        os.environ[GROUP_VARIABLE] = str(os.getpid())  # (the watchdog's: this group is the worker's own)
         die_with_parent()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)  # (dup2's copy is inheritable; the originals close on exec)

@@ -353,11 +353,8 @@ def allgather(value: Any, size: int) -> Any:
         out = _aligned(int(rows.sum()) * row_bytes, np.dtype(np.uint8))
         counts = rows * row_bytes
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        mpi_wait.drive(
-            World.active.Iallgatherv(
-                np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE]
-            )
-        )
+        # Blocking: libnbc's all-gather is linear (mpi_world.each_ranks); every rank is here (the counts, above).
+        World.active.Allgatherv(np.ascontiguousarray(a).view(np.uint8).reshape(-1), [out, counts, displs, MPI.BYTE])
         return [out.view(a.dtype).reshape(int(rows.sum()), *inner)]
 
     ((gathered,),) = _call([run], [[_bits(value)]], "mpi_allgather", "allgather")

@@ -32,12 +32,12 @@ _POLL_SECONDS = 1.0
 def _in_own_group(launcher: int, env: Mapping[str, str]) -> bool:
     """Whether this process's group is one ``mldist run`` made for its worker, apart from the launcher's.
 
-    ``mldist run`` starts every worker in a new session, or (mpiexec's shim) in a new process group
-    that ``MLDIST_WORKER_GROUP`` names; anything else (the variable set by hand in a shell, a worker
-    started some other way) is left alone.
+    ``mldist run`` starts every worker in a new session, or (mpiexec's shim, ``MLDIST_WORKER_GROUP=1``)
+    in a new process group; anything else (the variable set by hand in a shell, a worker started some
+    other way) is left alone.
     """
     group = os.getpgrp()
-    if group != os.getsid(0) and envvalues.WORKER_GROUP.read(env) != str(group):
+    if group != os.getsid(0) and not envvalues.WORKER_GROUP.read(env):
         return False
     try:
         return os.getpgid(launcher) != group
