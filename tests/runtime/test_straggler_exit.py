@@ -83,3 +83,39 @@ def test_a_rank_that_never_posts_its_last_round_is_waited_for_3_s_at_most() -> N
     took, channel = _finish([[False, True], [False]], turns=1)
     assert straggler_rounds.LAST_ROUND_SECONDS - 0.5 < took < straggler_rounds.LAST_ROUND_SECONDS + 2
     assert channel.collects < 50, channel.collects  # it polls its open rounds, it does not spin
+
+
+class Counting:
+    """A channel that counts its posts (any rank but 0: nothing to collect)."""
+
+    def __init__(self) -> None:
+        self.posts = 0
+
+    def post(self, values: np.ndarray[Any, Any]) -> None:
+        self.posts += 1
+
+    def collect(self, wait: float = 0.0) -> list[np.ndarray[Any, Any]]:
+        return []
+
+    def waiting(self) -> bool:
+        return False
+
+
+class Watch:
+    steps = 3
+
+    def record(self, now: float) -> None:
+        return None
+
+
+def test_after_its_last_round_a_rank_posts_no_more() -> None:
+    """The watch thread turns on while exit handlers run (JAX's shutdown barrier): a post then reached JAX's
+    client as the interpreter ended, which aborted rank 1 with "FATAL: exception not rethrown"."""
+    channel = Counting()
+    reporter = straggler_rounds.Reporter(channel, 1, 2, "h1")
+    reporter.turn(Watch(), now=1.0)
+    reporter.finish()
+    assert channel.posts == 2  # a round, and the last one
+    reporter.turn(Watch(), now=100.0)
+    reporter.finish()
+    assert channel.posts == 2

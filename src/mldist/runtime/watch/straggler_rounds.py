@@ -97,6 +97,8 @@ class Reporter:
             return
         self._next = now + self.every
         with self._lock:
+            if self._stopped:  # finish ran while this turn waited for the lock
+                return
             try:
                 self._frame(watch)
                 self._round(watch.steps, now)
@@ -138,7 +140,10 @@ class Reporter:
     def finish(self) -> None:
         """At exit: post the last round; rank 0 waits for every rank's (a few seconds at most), then says the
         line over the whole run if the window never filled (:meth:`Tracker.finish`)."""
-        if self._stopped or not self._lock.acquire(timeout=5):
+        if self._stopped:
+            return
+        if not self._lock.acquire(timeout=5):  # a turn stuck in the engine: let no other one start
+            self._stopped = True
             return
         try:
             steps = self.tracker._last_steps if self.tracker is not None else 0
@@ -148,6 +153,9 @@ class Reporter:
         except Exception as exc:  # at exit, with the libraries half torn down: one line, never a traceback
             self._stop(exc)
         finally:
+            # No post after the last one: the watch thread's next turn would call the engine while the
+            # interpreter ends, and JAX's client (C++) then aborts the rank ("exception not rethrown").
+            self._stopped = True
             self._lock.release()
         if self.tracker is not None:
             self.tracker.finish()
