@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mldist.base import hosts
 from mldist.runtime.engines import mpi_world
 
 
@@ -87,11 +88,11 @@ def test_arrange_finds_the_nodes_with_one_nonblocking_all_reduce(monkeypatch: py
 
 
 def test_the_node_facts_from_every_ranks_key() -> None:
-    keys = np.array([mpi_world.node_key(name) for name in ("a", "a", "b", "b", "c", "c")], np.uint64)
+    keys = np.array([hosts.key64(name) for name in ("a", "a", "b", "b", "c", "c")], np.uint64)
     assert mpi_world.node_facts(keys) == (3, 2, True, True, [0, 0, 2, 2, 4, 4])
-    apart = np.array([mpi_world.node_key(name) for name in ("a", "b", "a", "b", "b")], np.uint64)
+    apart = np.array([hosts.key64(name) for name in ("a", "b", "a", "b", "b")], np.uint64)
     assert mpi_world.node_facts(apart) == (2, 3, False, False, [0, 1, 0, 1, 1])
-    assert mpi_world.node_key("nid001") != mpi_world.node_key("nid002") != mpi_world.node_key("")
+    assert hosts.key64("nid001") != hosts.key64("nid002") != hosts.key64("")
 
 
 def test_a_world_on_one_node_is_decided_without_the_blocking_split(monkeypatch: pytest.MonkeyPatch) -> None:

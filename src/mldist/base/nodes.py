@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import processwide
+from . import hosts, processwide
 
 #: How often a node's file in the shared folder is rewritten (seconds), whatever the job's size.
 NODE_SECONDS = 1.0
@@ -146,8 +145,7 @@ def local_folder(shared: Path, root: Path | None = None) -> Path:
         >>> local_folder(Path("/runs/a/progress"), Path("/m")) != local_folder(Path("/runs/b/progress"), Path("/m"))
         True
     """
-    digest = hashlib.sha1(str(shared.absolute()).encode()).hexdigest()[:16]
-    return (local_root() if root is None else root) / f"progress-{digest}"
+    return (local_root() if root is None else root) / f"progress-{hosts.key64(str(shared.absolute())):016x}"
 
 
 def node_name(host: str) -> str:

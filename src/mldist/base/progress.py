@@ -30,14 +30,13 @@ import contextlib
 import json
 import os
 import re
-import socket
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import envvalues, nodes
+from . import envvalues, hosts, nodes
 
 #: The variable that names the folder; ``mldist run`` sets it for its workers.
 FOLDER_ENV = envvalues.PROGRESS_DIR.name
@@ -248,8 +247,7 @@ def gone(record: Record) -> bool:
     Of a rank on another host nothing is known here: never gone.
 
     Example:
-        >>> import socket
-        >>> gone(Record(0, socket.gethostname(), os.getpid(), 0, 0, None, None, (), 0.0))
+        >>> gone(Record(0, hosts.hostname(), os.getpid(), 0, 0, None, None, (), 0.0))
         False
     """
     return process_gone(record.host, record.pid)
@@ -259,11 +257,10 @@ def process_gone(host: str, pid: int) -> bool:
     """Whether process ``pid`` of ``host`` has ended: it is this host, and no process has that pid now.
 
     Example:
-        >>> import socket
-        >>> process_gone(socket.gethostname(), os.getpid()), process_gone("another-host", 1)
+        >>> process_gone(hosts.hostname(), os.getpid()), process_gone("another-host", 1)
         (False, False)
     """
-    if host != socket.gethostname() or pid < 1:
+    if host != hosts.hostname() or pid < 1:
         return False
     try:
         os.kill(pid, 0)

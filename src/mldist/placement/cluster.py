@@ -18,12 +18,11 @@ Example:
 from __future__ import annotations
 
 import json
-import socket
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..base import envvalues
+from ..base import envvalues, hosts
 from ..base.envparse import whole
 from ..errors import ConfigError, DetectionError
 from .detect import Placement
@@ -113,7 +112,7 @@ def no_discovery(my_host: str) -> Sequence[str]:
 
 def my_hostname(env: Mapping[str, str]) -> str:
     """The name peers use to reach this process: ``MLDIST_HOST`` or the host name."""
-    return envvalues.HOST.read(env) or socket.gethostname()
+    return envvalues.HOST.read(env) or hosts.hostname()
 
 
 def build_cluster_spec(placement: Placement, env: Mapping[str, str], discover: Discover = no_discovery) -> ClusterSpec:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...base import processwide
+from ...base import hosts, processwide
 from ...placement.hierarchy import Hierarchy, requested, tiers
 from ..watch import stall
 from ..watch.leave import TOGETHER, ending_code
@@ -80,11 +80,11 @@ def arrange(setting: str, one_node: int = 0) -> Hierarchy:
 
     Collective. The facts come from MPI itself, so every rank decides alike: the nodes are the ranks
     that share MPI's processor name (the host's name, by which Open MPI's ``COMM_TYPE_SHARED`` groups
-    them too), gathered as 64-bit keys (:func:`node_key`, :func:`each_ranks`); from them their count, the largest and
-    smallest one, and whether every node's ranks are numbered in a row (:func:`node_facts`). Where
-    hierarchy is on, the node's communicator carries the on-node steps (shared memory); between nodes,
-    with every node alike, one communicator per local rank (the rails: local rank r of every node),
-    else one of each node's lowest rank (:mod:`mldist.runtime.engines.mpi_tiers`).
+    them too), gathered as 64-bit keys (:func:`mldist.base.hosts.key64`, :func:`each_ranks`); from them
+    their count, the largest and smallest one, and whether every node's ranks are numbered in a row
+    (:func:`node_facts`). Where hierarchy is on, the node's communicator carries the on-node steps (shared
+    memory); between nodes, with every node alike, one communicator per local rank (the rails: local rank r
+    of every node), else one of each node's lowest rank (:mod:`mldist.runtime.engines.mpi_tiers`).
 
     Args:
         setting: "auto", "on" or "off" (:func:`mldist.placement.hierarchy.requested`).
@@ -103,7 +103,7 @@ def arrange(setting: str, one_node: int = 0) -> Hierarchy:
     # the ranks it waits for) and, as every new communicator, agrees on an id in rounds over the network:
     # 37 s of a 50 s `mldist run -H` of 16 test hosts x 2 ranks. A node's communicator is made only where
     # the tiers need one.
-    keys = each_ranks(comm, node_key(MPI.Get_processor_name()), np.uint64, mpi_wait.START_NAP)
+    keys = each_ranks(comm, hosts.key64(MPI.Get_processor_name()), np.uint64, mpi_wait.START_NAP)
     facts = node_facts(keys)
     World.hierarchy = tiers(setting, facts.nodes, facts.per_node, facts.even, in_a_row=facts.in_a_row)
     if not World.hierarchy.on:
@@ -129,7 +129,7 @@ def each_ranks(comm: Any, mine: int, dtype: Any, nap: float = mpi_wait.LONGEST_N
 
     Example::
 
-        keys = each_ranks(comm, node_key(MPI.Get_processor_name()), np.uint64)
+        keys = each_ranks(comm, hosts.key64(MPI.Get_processor_name()), np.uint64)
     """
     from mpi4py import MPI
 
@@ -137,24 +137,6 @@ def each_ranks(comm: Any, mine: int, dtype: Any, nap: float = mpi_wait.LONGEST_N
     values[comm.Get_rank()] = mine
     mpi_wait.wait(comm.Iallreduce(MPI.IN_PLACE, values, MPI.SUM), nap)
     return values
-
-
-#: FNV-1a's 64-bit offset and prime: a node name's key without hashlib (OpenSSL's library) in every rank.
-_FNV_START, _FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
-
-
-def node_key(name: str) -> int:
-    """A 64-bit key of a node's name (FNV-1a): ranks with one key share a node. Two of 4,096 nodes' keys
-    collide with a chance of about 5e-13.
-
-    Example:
-        >>> node_key("nid001") == node_key("nid001") != node_key("nid002")
-        True
-    """
-    key = _FNV_START
-    for byte in name.encode():
-        key = ((key ^ byte) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
-    return key
 
 
 class NodeFacts(NamedTuple):

@@ -25,7 +25,6 @@ import collections
 import contextlib
 import itertools
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
-from ...base import envvalues, nodes, processwide, progress
+from ...base import envvalues, hosts, nodes, processwide, progress
 from ..context import STATE
 from . import stall_lines, straggler, straggler_rounds, verdict
 from .frames import main_thread_frame, main_thread_frames
@@ -147,7 +146,7 @@ class Watch:
         self._publishing = threading.Lock()
         self._failed = 0  # records in a row that could not be made
         self.sampler = sampler
-        self.host = socket.gethostname() if host is None else host
+        self.host = hosts.hostname() if host is None else host
         self.node: nodes.Node | None = None
         self.verdicts: verdict.Verdicts | None = None
         if where is not None:

@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import collections
-import socket
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ...base import envvalues, processwide
+from ...base import envvalues, hosts, processwide
 from ..context import STATE
 from .straggler import Entry, frame_of
 from .straggler_gather import LAST, ROUND_SECONDS, Aside, Picker, row, slots
@@ -195,6 +194,6 @@ def watchers(rank: int, size: int, env: Mapping[str, str], born: float, every: f
         found = tracker(rank, size, env, born, every)
         return [Records(found)] if found is not None else []
     account = tracker(rank, size, env, born, every) if rank == 0 else None
-    reporter = Reporter(engine.aside(rank, size), rank, size, socket.gethostname(), account)
+    reporter = Reporter(engine.aside(rank, size), rank, size, hosts.hostname(), account)
     processwide.at_exit("atexit: the slow-rank reporter", reporter.finish)  # after the tracker's: runs first
     return [reporter]
