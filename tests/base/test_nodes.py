@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -117,3 +118,20 @@ def test_a_run_whose_rank_was_killed_leaves_nothing_in_node_local_memory(tmp_pat
     while local.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not local.exists(), sorted(p.name for p in local.iterdir())
+
+
+def test_no_timer_thread_starts_once_the_rank_is_leaving(tmp_path: Path) -> None:
+    """A record that is not due waits for a timer thread; at exit none may start (a thread started as Python 3.11
+    ends runs on its torn-down state: a rank died with SIGSEGV in ``_PyThreadState_SetCurrent``)."""
+    (tmp_path / "progress").mkdir()
+    for leave in ("_at_exit", "forget"):
+        node = nodes.Node(tmp_path / "progress", tmp_path / "shm" / leave, "h")
+        node.publish(0, {"rank": 0}, time.time())  # the node's file written now
+        node.publish(0, {"rank": 0}, time.time())  # not due for a second: a timer
+        assert node._timer is not None
+        node._at_exit() if leave == "_at_exit" else node.forget(1)
+        before = threading.active_count()
+        node._timer = None  # (as when the timer fired)
+        node.publish(0, {"rank": 0}, time.time() + 0.01)
+        assert node._timer is None and threading.active_count() <= before
+        node.close()

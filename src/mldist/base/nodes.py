@@ -175,7 +175,7 @@ class Node:
         self._timer: threading.Timer | None = None
         self._peers: dict[str, tuple[int, int]] = {}  # the node's records: name -> (inode, descriptor)
         self.keep_peers = keep  # keep descriptors to the node's records (the benchmark's 4,096 nodes: no)
-        self._timers = 0
+        self._timers, self._closed = 0, False  # closed: at exit (forget, _at_exit), no timer starts
         self.file = Slot(shared / node_name(host), keep=keep, truncate=False)
         self._slots: dict[int, Slot] = {}
         self._lock: int | None = None
@@ -189,7 +189,7 @@ class Node:
         )
         slot.put(encode(record))
         wait = self.flush(now, rank)
-        if wait > 0 and self.defer and self._timer is None:  # not due yet: this record goes in when it is
+        if wait > 0 and self.defer and self._timer is None and not self._closed:  # goes in when it is due
             if not self._timers:
                 # or at this process's exit, whichever comes first
                 processwide.at_exit("atexit: the node file's last record", self._at_exit)
@@ -204,7 +204,12 @@ class Node:
             self.flush(time.time())
 
     def _at_exit(self) -> None:
-        """A record that waits for its timer goes in now (this process's last word)."""
+        """A record that waits for its timer goes in now (this process's last word); no timer starts after it.
+
+        A thread started as the interpreter ends runs on its torn-down state: the stall watch's thread
+        publishing at that moment killed a rank with SIGSEGV in ``_PyThreadState_SetCurrent`` (Python 3.11).
+        """
+        self._closed = True
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
@@ -269,7 +274,9 @@ class Node:
     def forget(self, rank: int, shared_too: bool = False) -> None:
         """Remove ``rank``'s node-local record at its exit; the last rank of the node removes the folder (and,
         with ``shared_too``, the node's file: a temporary folder's, worth nothing after the job). Records of
-        ranks that died without a word (SIGKILL, :func:`abandoned`) do not keep the folder."""
+        ranks that died without a word (SIGKILL, :func:`abandoned`) do not keep the folder. No timer starts
+        after it (see :meth:`_at_exit`)."""
+        self._closed = True
         slot = self._slots.pop(rank, None)
         if slot is not None:
             slot.close()
